@@ -1,0 +1,317 @@
+"""The decision engine: the only code that changes a streak, a block count or a steer.
+
+Pure and framework-free: every transition takes a `RequestState` and returns a new one
+with the decisions it implies. Adapters keep the state wherever suits them (the
+`LoopGuard` registry, or a checkpointed field of the agent state) and act on the
+decisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, final
+
+from loop_guard import _messages
+from loop_guard._config import LoopGuardConfig
+from loop_guard._values import Block, Call, Proceed, Result, Steer, Stop, StopKind
+
+_BLOCKED = "blocked"
+_IGNORED = "ignored"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Entry:
+    """A call of the open batch; `outcome` is None until it is blocked or has a result."""
+
+    call: Call
+    outcome: str | None = None  # None, _BLOCKED, _IGNORED or a result fingerprint
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """A counted (call, result) pair: the unit a streak is made of (SPEC §0, §2)."""
+
+    tool: str
+    args: str
+    result: str
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestState:
+    """Everything the guard remembers about one request of one conversation.
+
+    Immutable; `to_dict`/`from_dict` give a JSON-safe form for checkpointing.
+    """
+
+    request_id: str | None = None
+    last: Step | None = None
+    streak: int = 0
+    warned: bool = False
+    blocks: int = 0
+    steer_pending: bool = False
+    stopped: StopKind | None = None
+    stop_tool: str = ""
+    batch: tuple[_Entry, ...] = ()
+    batch_explicit: bool = False
+    settled_ids: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def awaiting(self) -> tuple[Call, ...]:
+        """Calls of the open batch that have neither a result nor a block yet."""
+        return tuple(entry.call for entry in self.batch if entry.outcome is None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe snapshot (call args are not kept, only their fingerprints)."""
+        return {
+            "request_id": self.request_id,
+            "last": None if self.last is None else dataclasses.asdict(self.last),
+            "streak": self.streak,
+            "warned": self.warned,
+            "blocks": self.blocks,
+            "steer_pending": self.steer_pending,
+            "stopped": self.stopped,
+            "stop_tool": self.stop_tool,
+            "batch": [[e.call.id, e.call.tool, e.call.fingerprint, e.outcome] for e in self.batch],
+            "batch_explicit": self.batch_explicit,
+            "settled_ids": sorted(self.settled_ids),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> RequestState:
+        """Rebuild a state from `to_dict` output; `None` or `{}` gives a fresh state."""
+        if not data:
+            return cls()
+        last = data.get("last")
+        return cls(
+            request_id=data.get("request_id"),
+            last=None if last is None else Step(**last),
+            streak=int(data.get("streak", 0)),
+            warned=bool(data.get("warned", False)),
+            blocks=int(data.get("blocks", 0)),
+            steer_pending=bool(data.get("steer_pending", False)),
+            stopped=data.get("stopped"),
+            stop_tool=str(data.get("stop_tool", "")),
+            batch=tuple(
+                _Entry(call=Call(id=call_id, tool=tool, fingerprint=fp), outcome=outcome)
+                for call_id, tool, fp, outcome in data.get("batch", ())
+            ),
+            batch_explicit=bool(data.get("batch_explicit", False)),
+            settled_ids=frozenset(data.get("settled_ids", ())),
+        )
+
+
+Transition = tuple[RequestState, tuple[Steer | Stop, ...]]
+"""A new state and the decisions reached on the way to it, in order."""
+
+
+@final
+class Engine:
+    """SPEC §2-§4 as pure transitions over a `RequestState`, for one configuration.
+
+    Example:
+        >>> engine = Engine(LoopGuardConfig())
+        >>> state = RequestState()
+        >>> result = Result.of("same")
+        >>> for n in range(1, 5):
+        ...     call = Call.of("read", {"path": "a"})  # a new call each time
+        ...     state, verdict, _ = engine.check_call(state, call)
+        ...     state, decisions = engine.record_result(state, call, result)
+        ...     print(n, type(verdict).__name__, [type(d).__name__ for d in decisions])
+        1 Proceed []
+        2 Proceed []
+        3 Proceed ['Steer']
+        4 Proceed []
+        >>> type(engine.check_call(state, Call.of("read", {"path": "a"}))[1]).__name__
+        'Block'
+    """
+
+    __slots__ = ("config",)
+
+    def __init__(self, config: LoopGuardConfig) -> None:
+        self.config = config
+
+    def open_batch(self, state: RequestState, calls: Sequence[Call]) -> Transition:
+        """Declare the calls of one model response, in the model's order (SPEC §4).
+
+        Settles a batch still open from before. Calls already seen are skipped, so the
+        same response may be declared by several adapters.
+        """
+        if not self.config.enabled or state.stopped is not None:
+            return state, ()
+        fresh = [c for c in calls if c.id not in state.settled_ids and _find(state, c.id) is None]
+        if not fresh:
+            return state, ()
+        state, decisions = self._settle(state)
+        entries = tuple(_Entry(call=c) for c in fresh)
+        return dataclasses.replace(state, batch=entries, batch_explicit=True), decisions
+
+    def check_call(
+        self, state: RequestState, call: Call
+    ) -> tuple[RequestState, Proceed | Block | Stop, tuple[Steer | Stop, ...]]:
+        """Decide, before it runs, whether `call` may run (SPEC §3.2).
+
+        Returns the new state, the verdict for this call, and the decisions reached on
+        the way (a steer from settling the previous batch, the stop this call caused).
+        A verdict of `Stop` means the request had already ended before this call's
+        batch: nothing may run and the adapter must end the run.
+        """
+        config = self.config
+        if not config.enabled or call.id in state.settled_ids:
+            return state, Proceed(call=call), ()
+        if state.stopped is not None:
+            if _find(state, call.id) is None:
+                return state, self._stop(state, call), ()
+            # A sibling of the call that stopped the request: answered, never run.
+            state = _set_outcome(state, call, _BLOCKED)
+            return state, self._block(state, call, _messages.not_run_text()), ()
+        state, decisions = self._join(state, call)
+        if call.tool in config.ignore_tools or not self._repeats_last(state, call):
+            return state, Proceed(call=call), decisions
+        if state.streak < config.block_threshold - 1:
+            return state, Proceed(call=call), decisions
+        state = dataclasses.replace(state, blocks=state.blocks + 1)
+        state = _set_outcome(state, call, _BLOCKED)
+        block = self._block(state, call, _messages.block_text(call.tool, state.streak))
+        if state.blocks >= config.abort_threshold:
+            state = _stopped(state, "abort", call.tool)
+            return state, block, (*decisions, self._stop(state, call))
+        if _complete(state):
+            state, settled = self._settle(state)
+            decisions = (*decisions, *settled)
+        return state, block, decisions
+
+    def record_result(self, state: RequestState, call: Call, result: Result) -> Transition:
+        """Record what a call returned; settles the batch once every call is answered.
+
+        Recording the same call twice has no effect, so adapters may overlap.
+        """
+        config = self.config
+        if not config.enabled or call.id in state.settled_ids:
+            return state, ()
+        entry = _find(state, call.id)
+        if entry is not None and entry.outcome is not None:
+            return state, ()
+        state, decisions = self._join(state, call)
+        ignored = call.tool in config.ignore_tools or (config.ignore_errors and result.is_error)
+        state = _set_outcome(state, call, _IGNORED if ignored else result.fingerprint)
+        if not _complete(state):
+            return state, decisions
+        state, settled = self._settle(state)
+        return state, (*decisions, *settled)
+
+    def settle(self, state: RequestState) -> Transition:
+        """Close the open batch now, counting only the calls that have results."""
+        if not self.config.enabled:
+            return state, ()
+        return self._settle(state)
+
+    def take_steer(self, state: RequestState) -> tuple[RequestState, Steer | None]:
+        """Claim the pending steer for delivery; later claims get `None` (once per streak)."""
+        if not state.steer_pending or state.last is None:
+            return state, None
+        call = Call(tool=state.last.tool, fingerprint=state.last.args)
+        steer = Steer(
+            call=call, message=_messages.steer_text(call.tool, state.streak), streak=state.streak
+        )
+        return dataclasses.replace(state, steer_pending=False), steer
+
+    def stop_of(self, state: RequestState) -> Stop | None:
+        """The `Stop` that ended this request, if it has ended."""
+        if state.stopped is None:
+            return None
+        return self._stop(state, Call(tool=state.stop_tool, fingerprint=""))
+
+    def _join(self, state: RequestState, call: Call) -> Transition:
+        """Add a call that no response declared: it joins an open undeclared batch, or
+        starts a new one (a serial call) after settling the previous batch."""
+        if _find(state, call.id) is not None:
+            return state, ()
+        decisions: tuple[Steer | Stop, ...] = ()
+        if state.batch_explicit or _complete(state):
+            state, decisions = self._settle(state)
+        return dataclasses.replace(state, batch=(*state.batch, _Entry(call=call))), decisions
+
+    def _block(self, state: RequestState, call: Call, message: str) -> Block:
+        return Block(call=call, message=message, streak=state.streak, blocks=state.blocks)
+
+    def _repeats_last(self, state: RequestState, call: Call) -> bool:
+        last = state.last
+        return last is not None and last.tool == call.tool and last.args == call.fingerprint
+
+    def _settle(self, state: RequestState) -> Transition:
+        """Count the batch's last counted call (model order) against the last step."""
+        if not state.batch:
+            return state, ()
+        config = self.config
+        entries = state.batch
+        state = dataclasses.replace(
+            state,
+            batch=(),
+            batch_explicit=False,
+            settled_ids=frozenset(e.call.id for e in entries),
+        )
+        if state.stopped is not None:  # the request is over: nothing more to count
+            return state, ()
+        counted = [e for e in entries if e.outcome not in (None, _BLOCKED, _IGNORED)]
+        if not counted:
+            all_blocked = all(e.outcome == _BLOCKED for e in entries)
+            if config.use_terminate and all_blocked:
+                state = _stopped(state, "terminate", entries[-1].call.tool)
+                return state, (self._stop(state, entries[-1].call),)
+            return state, ()
+        entry = counted[-1]
+        step = Step(tool=entry.call.tool, args=entry.call.fingerprint, result=str(entry.outcome))
+        if step == state.last:
+            state = dataclasses.replace(state, streak=state.streak + 1)
+        else:
+            state = dataclasses.replace(state, last=step, streak=1, warned=False)
+        if state.streak < config.warn_threshold or state.warned:
+            return state, ()
+        state = dataclasses.replace(state, warned=True, steer_pending=True)
+        steer = Steer(
+            call=entry.call,
+            message=_messages.steer_text(step.tool, state.streak),
+            streak=state.streak,
+        )
+        return state, (steer,)
+
+    def _stop(self, state: RequestState, call: Call) -> Stop:
+        kind = state.stopped or "abort"
+        message = (
+            _messages.abort_text(state.stop_tool, state.blocks)
+            if kind == "abort"
+            else _messages.terminate_text(state.stop_tool)
+        )
+        return Stop(kind=kind, call=call, message=message, streak=state.streak, blocks=state.blocks)
+
+
+def _find(state: RequestState, call_id: str) -> _Entry | None:
+    for entry in state.batch:
+        if entry.call.id == call_id:
+            return entry
+    return None
+
+
+def _complete(state: RequestState) -> bool:
+    return all(entry.outcome is not None for entry in state.batch)
+
+
+def _set_outcome(state: RequestState, call: Call, outcome: str) -> RequestState:
+    # The recorded call replaces the declared one: it carries the real args.
+    batch = tuple(
+        _Entry(call=call if call.args is not None else e.call, outcome=outcome)
+        if e.call.id == call.id
+        else e
+        for e in state.batch
+    )
+    return dataclasses.replace(state, batch=batch)
+
+
+def _stopped(state: RequestState, kind: StopKind, tool: str) -> RequestState:
+    # A stop drops any steer still queued: the model will not be called again.
+    return dataclasses.replace(state, stopped=kind, stop_tool=tool, steer_pending=False)

@@ -1,0 +1,281 @@
+"""Fingerprints: what makes two calls or two results "the same" (SPEC §1).
+
+Pure functions with no framework imports. `args_fingerprint` is canonical JSON, so key
+order never matters; `result_fingerprint` is a streaming SHA-256 of the result's text
+and image data plus its error flag.
+
+Values JSON cannot hold are encoded as one-key tagged objects, so they can never be
+confused with plain strings of the same text:
+
+| value | encoding |
+|---|---|
+| integral float (`1.0`) | the int (`1`), as in JavaScript |
+| NaN, Infinity, -Infinity | `{"$float":"nan"}`, `{"$float":"inf"}`, `{"$float":"-inf"}` |
+| tuple | a list |
+| bytes, bytearray, memoryview | `{"$bytes":"<base64>"}` |
+| set, frozenset | `{"$set":[...]}`, elements sorted by their encoding |
+| datetime, date, time | `{"$datetime":"<isoformat>"}` (likewise `$date`, `$time`) |
+| Decimal | `{"$decimal":"<str>"}` |
+| Enum member | `{"$enum":"<Class>.<NAME>"}` |
+| pydantic model | its `model_dump(mode="json")`, under `{"$model":"<Class>","fields":...}` |
+| dataclass instance | `{"$dataclass":"<Class>","fields":{...}}` |
+| mapping with non-string keys | `{"$map":[[key, value], ...]}`, pairs sorted by encoding |
+| a container already being encoded | `{"$cycle":true}` (no crash, no hang) |
+| nesting deeper than 100 levels | `{"$deep":true}` below that level |
+| anything else | `{"$object":"<module.Class>","repr":"<repr without memory addresses>"}` |
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import decimal
+import enum
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MAX_DEPTH = 100
+"""Nesting below this many levels is encoded as `{"$deep":true}`: bounded time and stack."""
+
+_CHUNK = 1 << 16
+_encode_str = json.encoder.encode_basestring  # C-accelerated JSON string quoting
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def args_fingerprint(args: Any) -> str:
+    """Return the canonical JSON of a call's args: sorted keys at every depth.
+
+    Never raises: every value has a deterministic encoding (see the module docstring).
+
+    Example:
+        >>> args_fingerprint({"b": 1.0, "a": {"y": 2, "x": [1, 2]}})
+        '{"a":{"x":[1,2],"y":2},"b":1}'
+        >>> args_fingerprint({"a": 1, "b": 2}) == args_fingerprint({"b": 2, "a": 1})
+        True
+    """
+    out: list[str] = []
+    _encode(args, out, 0, set())
+    return "".join(out)
+
+
+def _encode(value: Any, out: list[str], depth: int, active: set[int]) -> None:
+    kind = type(value)
+    if kind is str:
+        out.append(_encode_str(value))
+    elif value is None:
+        out.append("null")
+    elif kind is bool:
+        out.append("true" if value else "false")
+    elif kind is int:
+        out.append(int.__repr__(value))
+    elif kind is float:
+        out.append(_float(value))
+    elif depth >= MAX_DEPTH:
+        out.append('{"$deep":true}')
+    elif isinstance(value, (dict, list, tuple, set, frozenset, Mapping)):
+        if id(value) in active:
+            out.append('{"$cycle":true}')
+            return
+        active.add(id(value))
+        try:
+            _encode_container(value, out, depth + 1, active)
+        finally:
+            active.discard(id(value))
+    else:
+        _encode_other(value, out, depth, active)
+
+
+def _encode_container(value: Any, out: list[str], depth: int, active: set[int]) -> None:
+    if isinstance(value, (list, tuple)):
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            _encode(item, out, depth, active)
+        out.append("]")
+    elif isinstance(value, (set, frozenset)):
+        out.append('{"$set":[')
+        out.append(",".join(sorted(_encoded(item, depth, active) for item in value)))
+        out.append("]}")
+    elif all(type(key) is str for key in value):
+        out.append("{")
+        for index, key in enumerate(sorted(value)):
+            if index:
+                out.append(",")
+            out.append(_encode_str(key))
+            out.append(":")
+            _encode(value[key], out, depth, active)
+        out.append("}")
+    else:
+        pairs = sorted(
+            f"[{_encoded(key, depth, active)},{_encoded(item, depth, active)}]"
+            for key, item in value.items()
+        )
+        out.append('{"$map":[' + ",".join(pairs) + "]}")
+
+
+def _encode_other(value: Any, out: list[str], depth: int, active: set[int]) -> None:
+    if isinstance(value, bool):  # a bool subclass would otherwise look like an int
+        out.append("true" if value else "false")
+    elif isinstance(value, enum.Enum):
+        out.append(_tagged("$enum", f"{type(value).__name__}.{value.name}"))
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        out.append(_float(value))
+    elif isinstance(value, str):
+        out.append(_encode_str(str(value)))
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        out.append(_tagged("$bytes", base64.b64encode(bytes(value)).decode("ascii")))
+    elif isinstance(value, datetime.datetime):
+        out.append(_tagged("$datetime", value.isoformat()))
+    elif isinstance(value, datetime.date):
+        out.append(_tagged("$date", value.isoformat()))
+    elif isinstance(value, datetime.time):
+        out.append(_tagged("$time", value.isoformat()))
+    elif isinstance(value, decimal.Decimal):
+        out.append(_tagged("$decimal", str(value)))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+        _encode_record("$dataclass", value, fields, out, depth, active)
+    elif _is_pydantic_model(value):
+        _encode_record("$model", value, _pydantic_fields(value), out, depth, active)
+    else:
+        out.append(
+            f'{{"$object":{_encode_str(_qualname(type(value)))},'
+            f'"repr":{_encode_str(_safe_repr(value))}}}'
+        )
+
+
+def _encode_record(
+    tag: str, value: Any, fields: Any, out: list[str], depth: int, active: set[int]
+) -> None:
+    if id(value) in active:
+        out.append('{"$cycle":true}')
+        return
+    active.add(id(value))
+    try:
+        out.append(f'{{"{tag}":{_encode_str(_qualname(type(value)))},"fields":')
+        _encode(fields, out, depth + 1, active)
+        out.append("}")
+    finally:
+        active.discard(id(value))
+
+
+def _encoded(value: Any, depth: int, active: set[int]) -> str:
+    out: list[str] = []
+    _encode(value, out, depth, active)
+    return "".join(out)
+
+
+def _float(value: float) -> str:
+    if math.isnan(value):
+        return '{"$float":"nan"}'
+    if math.isinf(value):
+        return '{"$float":"inf"}' if value > 0 else '{"$float":"-inf"}'
+    if value.is_integer():
+        return int.__repr__(int(value))
+    return float.__repr__(value)
+
+
+def _tagged(tag: str, text: str) -> str:
+    return f'{{"{tag}":{_encode_str(text)}}}'
+
+
+def _qualname(kind: type) -> str:
+    return f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', kind.__name__)}"
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not break the agent
+        return "<unrepresentable>"
+    return _ADDRESS.sub("", text) if isinstance(text, str) else "<unrepresentable>"
+
+
+def _is_pydantic_model(value: Any) -> bool:
+    return callable(getattr(value, "model_dump", None)) and hasattr(type(value), "model_fields")
+
+
+def _pydantic_fields(value: Any) -> Any:
+    try:
+        return value.model_dump(mode="json")
+    except Exception:  # a model that cannot dump itself still gets a stable encoding
+        return _safe_repr(value)
+
+
+def result_fingerprint(content: Any, *, is_error: bool = False) -> str:
+    """Return the SHA-256 (hex) of a result's text and image data and its error flag.
+
+    `content` is a string, a list of content blocks (`{"type": "text", "text": ...}`,
+    image blocks with `base64`/`data`, `url`/`image_url` or `file_id`) or any other
+    value, which is hashed through its canonical JSON. Long strings are hashed in
+    chunks, never copied whole.
+
+    Example:
+        >>> result_fingerprint("ok") == result_fingerprint([{"type": "text", "text": "ok"}])
+        True
+        >>> result_fingerprint("ok") == result_fingerprint("ok", is_error=True)
+        False
+    """
+    digest = hashlib.sha256(b"error:1\n" if is_error else b"error:0\n")
+    if isinstance(content, str):
+        _hash_text(digest, b"text", content)
+    elif isinstance(content, list):
+        for block in content:
+            _hash_block(digest, block)
+    else:
+        _hash_text(digest, b"json", args_fingerprint(content))
+    return digest.hexdigest()
+
+
+def _hash_block(digest: Any, block: Any) -> None:
+    if isinstance(block, str):
+        _hash_text(digest, b"text", block)
+        return
+    if not isinstance(block, Mapping):
+        _hash_text(digest, b"json", args_fingerprint(block))
+        return
+    kind = block.get("type")
+    if kind == "text" and isinstance(block.get("text"), str):
+        _hash_text(digest, b"text", block["text"])
+        return
+    payload = _image_payload(block)
+    if payload is not None:
+        _hash_text(digest, b"image", payload)
+        return
+    _hash_text(digest, b"json", args_fingerprint(block))
+
+
+def _image_payload(block: Mapping[str, Any]) -> str | None:
+    """The data that identifies an image: base64 payload, URL or file id."""
+    if block.get("type") not in ("image", "image_url", "file"):
+        return None
+    for key in ("base64", "data", "url", "file_id"):
+        value = block.get(key)
+        if isinstance(value, str):
+            return value
+    image_url = block.get("image_url")  # OpenAI: {"image_url": {"url": ...}}
+    if isinstance(image_url, Mapping) and isinstance(image_url.get("url"), str):
+        return str(image_url["url"])
+    if isinstance(image_url, str):
+        return image_url
+    source = block.get("source")  # Anthropic: {"source": {"data": ...}}
+    if isinstance(source, Mapping):
+        for key in ("data", "url", "file_id"):
+            if isinstance(source.get(key), str):
+                return str(source[key])
+    return None
+
+
+def _hash_text(digest: Any, tag: bytes, text: str) -> None:
+    # Length-prefixed, so block boundaries can never be shifted into a collision.
+    digest.update(b"%s:%d:" % (tag, len(text)))
+    for start in range(0, len(text), _CHUNK):
+        digest.update(text[start : start + _CHUNK].encode("utf-8", "surrogatepass"))

@@ -1,0 +1,223 @@
+"""`LoopGuard`: the engine plus per-conversation state, events and logging."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, final
+
+from loop_guard._config import LoopGuardConfig, resolve_config
+from loop_guard._engine import Engine, RequestState
+from loop_guard._values import Block, Call, Proceed, Result, Steer, Stop
+
+logger = logging.getLogger("loop_guard")
+
+EventKind = Literal["warn", "block", "abort", "terminate"]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuardEvent:
+    """A warning, block or stop, as passed to `on_event` and logged on `loop_guard`.
+
+    Attributes:
+        kind: `'warn'`, `'block'`, `'abort'` or `'terminate'`.
+        conversation: The conversation key (thread id, else the top-level run id).
+        tool: The repeated tool.
+        args: The repeated call's args (`None` when not known, e.g. after a restore).
+        streak: Identical steps in a row when the event happened.
+        blocks: Calls blocked so far in this request.
+        message: The exact text shown: to the model for warn and block, to the user
+            for abort and terminate.
+
+    Example:
+        >>> events = []
+        >>> guard = LoopGuard(on_event=events.append, warn_threshold=2)
+        >>> for _ in range(2):
+        ...     call = Call.of("ls", {"path": "/"})
+        ...     _ = guard.check_call("thread-1", call)
+        ...     guard.record_result("thread-1", call, Result.of("empty"))
+        >>> events[0].kind, events[0].tool, events[0].streak
+        ('warn', 'ls', 2)
+    """
+
+    kind: EventKind
+    conversation: str
+    tool: str
+    args: Any
+    streak: int
+    blocks: int
+    message: str
+
+
+def _event(conversation: str, decision: Block | Steer | Stop) -> GuardEvent:
+    kind: EventKind
+    match decision:
+        case Steer():
+            kind, blocks = "warn", 0
+        case Block():
+            kind, blocks = "block", decision.blocks
+        case Stop():
+            kind, blocks = decision.kind, decision.blocks
+    return GuardEvent(
+        kind=kind,
+        conversation=conversation,
+        tool=decision.call.tool,
+        args=decision.call.args,
+        streak=decision.streak,
+        blocks=blocks,
+        message=decision.message,
+    )
+
+
+@final
+class LoopGuard:
+    """Stop an agent that repeats the same tool call and gets the same result.
+
+    One instance serves any number of concurrent conversations; each conversation's
+    state is kept under its key and reset at every new request (SPEC §5). The adapters
+    (`LoopGuardCallbackHandler`, `guard_tools`, `LoopGuardNode`) are thin layers over
+    the methods below; call them directly to guard a custom agent loop.
+
+    Args:
+        config: Settings; when `None`, read from the `LOOP_GUARD_*` variables.
+        on_event: Called with a `GuardEvent` for every warning, block and stop. An
+            exception it raises is logged, never passed on to the agent.
+        max_conversations: Conversations kept at once; the least recently used one is
+            forgotten beyond this, so a long-lived server stays bounded.
+        **overrides: Any `LoopGuardConfig` field; wins over `config` and the environment.
+
+    Raises:
+        ValueError: If an explicit argument is invalid (SPEC §6).
+
+    Example:
+        >>> guard = LoopGuard(block_threshold=4)
+        >>> guard.start_request("thread-1", "request-1")
+        >>> for n in range(1, 5):
+        ...     call = Call.of("read", {"path": "notes.md"}, id=f"call_{n}")
+        ...     verdict = guard.check_call("thread-1", call)
+        ...     if isinstance(verdict, Proceed):
+        ...         guard.record_result("thread-1", call, Result.of("File not found"))
+        ...     print(n, type(verdict).__name__)
+        1 Proceed
+        2 Proceed
+        3 Proceed
+        4 Block
+    """
+
+    def __init__(
+        self,
+        config: LoopGuardConfig | None = None,
+        *,
+        on_event: Callable[[GuardEvent], object] | None = None,
+        max_conversations: int = 10_000,
+        **overrides: Any,
+    ) -> None:
+        """Create a guard; see the class docstring for the arguments."""
+        limit: object = max_conversations  # checked at run time: callers may be untyped
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            msg = f"max_conversations must be an integer >= 1, got {limit!r}"
+            raise ValueError(msg)
+        handler: object = on_event
+        if handler is not None and not callable(handler):
+            msg = f"on_event must be callable, got {handler!r}"
+            raise ValueError(msg)
+        self.engine = Engine(resolve_config(config, overrides))
+        self.on_event = on_event
+        self.max_conversations = max_conversations
+        self._states: OrderedDict[str, RequestState] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def config(self) -> LoopGuardConfig:
+        """The settings in force."""
+        return self.engine.config
+
+    def start_request(self, conversation: str, request_id: str) -> None:
+        """Begin a request: reset the conversation's state unless `request_id` is current.
+
+        Idempotent, so several adapters may announce the same request.
+        """
+        with self._lock:
+            state = self._states.get(conversation)
+            if state is None or state.request_id != request_id:
+                self._store(conversation, RequestState(request_id=request_id))
+
+    def end_request(self, conversation: str) -> None:
+        """Forget a conversation whose request has finished (frees its memory)."""
+        with self._lock:
+            self._states.pop(conversation, None)
+
+    def open_batch(self, conversation: str, calls: Sequence[Call]) -> None:
+        """Declare the calls of one model response, in the model's order (SPEC §4)."""
+        with self._lock:
+            state, decisions = self.engine.open_batch(self._state(conversation), calls)
+            self._store(conversation, state)
+        self.emit(conversation, decisions)
+
+    def check_call(self, conversation: str, call: Call) -> Proceed | Block | Stop:
+        """Decide whether `call` may run; atomic, so racing identical calls cannot slip by."""
+        with self._lock:
+            state, verdict, decisions = self.engine.check_call(self._state(conversation), call)
+            self._store(conversation, state)
+        if isinstance(verdict, Block):
+            self.emit(conversation, (verdict,))
+        self.emit(conversation, decisions)
+        return verdict
+
+    def record_result(self, conversation: str, call: Call, result: Result) -> None:
+        """Record a call's result; recording the same call twice has no effect."""
+        with self._lock:
+            state, decisions = self.engine.record_result(self._state(conversation), call, result)
+            self._store(conversation, state)
+        self.emit(conversation, decisions)
+
+    def settle(self, conversation: str) -> None:
+        """Close the open batch now, counting the calls that have results."""
+        with self._lock:
+            state, decisions = self.engine.settle(self._state(conversation))
+            self._store(conversation, state)
+        self.emit(conversation, decisions)
+
+    def take_steer(self, conversation: str) -> Steer | None:
+        """Claim the pending steer message for delivery; once per streak."""
+        with self._lock:
+            state, steer = self.engine.take_steer(self._state(conversation))
+            self._store(conversation, state)
+        return steer
+
+    def stop_of(self, conversation: str) -> Stop | None:
+        """The `Stop` that ended the conversation's current request, if any."""
+        with self._lock:
+            return self.engine.stop_of(self._state(conversation))
+
+    def emit(self, conversation: str, decisions: Iterable[Block | Steer | Stop]) -> None:
+        """Log each decision and pass it to `on_event` as a `GuardEvent`."""
+        for decision in decisions:
+            event = _event(conversation, decision)
+            logger.warning(
+                "loop guard %s: tool=%s streak=%d blocks=%d conversation=%s",
+                event.kind,
+                event.tool,
+                event.streak,
+                event.blocks,
+                event.conversation,
+                extra={"loop_guard_event": event},
+            )
+            if self.on_event is not None:
+                try:
+                    self.on_event(event)
+                except Exception:
+                    logger.exception("loop guard on_event callback failed")
+
+    def _state(self, conversation: str) -> RequestState:
+        return self._states.get(conversation) or RequestState()
+
+    def _store(self, conversation: str, state: RequestState) -> None:
+        self._states[conversation] = state
+        self._states.move_to_end(conversation)
+        while len(self._states) > self.max_conversations:
+            self._states.popitem(last=False)

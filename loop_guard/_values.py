@@ -1,0 +1,134 @@
+"""Small frozen value classes: what goes into the engine and the decisions that come out."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Literal, final
+
+from loop_guard._fingerprint import args_fingerprint, result_fingerprint
+
+_anonymous_ids = itertools.count(1)
+
+StopKind = Literal["abort", "terminate"]
+"""Why a request ended.
+
+- `'abort'`: `abort_threshold` calls were blocked within one request (SPEC §3.3).
+- `'terminate'`: `use_terminate` is on and every call of a batch was blocked (SPEC §3.4).
+"""
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """One tool call proposed by the model (SPEC §0), compared by name and fingerprint.
+
+    `id` is the model's tool call id; a call made without one gets a fresh id, so it is
+    always a call of its own.
+
+    Example:
+        >>> a = Call.of("read", {"path": "a.txt", "n": 1.0}, id="call_1")
+        >>> a == Call.of("read", {"n": 1, "path": "a.txt"}, id="call_2")
+        True
+    """
+
+    tool: str
+    fingerprint: str
+    args: Any = field(default=None, compare=False, repr=False)
+    id: str = field(default_factory=lambda: f"loop_guard-{next(_anonymous_ids)}", compare=False)
+
+    @classmethod
+    def of(cls, tool: str, args: Any, *, id: str | None = None) -> Call:
+        """Build a call, computing the canonical fingerprint of `args`."""
+        fingerprint = args_fingerprint(args)
+        if id:
+            return cls(tool=tool, fingerprint=fingerprint, args=args, id=id)
+        return cls(tool=tool, fingerprint=fingerprint, args=args)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Result:
+    """What a tool returned for a call, reduced to its fingerprint and error flag.
+
+    Example:
+        >>> Result.of("same text") == Result.of([{"type": "text", "text": "same text"}])
+        True
+        >>> Result.of("same text") == Result.of("same text", is_error=True)
+        False
+    """
+
+    fingerprint: str
+    is_error: bool = False
+
+    @classmethod
+    def of(cls, content: Any, *, is_error: bool = False) -> Result:
+        """Build a result from a tool's content (text, content blocks or any value)."""
+        return cls(fingerprint=result_fingerprint(content, is_error=is_error), is_error=is_error)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Proceed:
+    """Run the call."""
+
+    call: Call
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Block:
+    """Do not run the call; answer it with `message` as an error result."""
+
+    call: Call
+    message: str
+    streak: int
+    blocks: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Steer:
+    """Show the model `message` before its next call (once per streak)."""
+
+    call: Call
+    message: str
+    streak: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stop:
+    """End the request: no further model call; `message` tells the user why."""
+
+    kind: StopKind
+    call: Call
+    message: str
+    streak: int
+    blocks: int
+
+
+Decision = Proceed | Block | Steer | Stop
+"""Everything the engine can decide; adapters act on each with one `match`."""
+
+
+class LoopGuardAbort(RuntimeError):
+    """Raised when the guard ended a request and the run could not end by itself.
+
+    The middleware raises it with `exit_behavior="error"`; tools wrapped by
+    `guard_tools` raise it when a call arrives after the request was stopped.
+
+    Attributes:
+        stop: The `Stop` decision: its `kind`, the repeated `call`, `blocks`, and the
+            `message` for the user.
+
+    Example:
+        >>> stop = Stop(kind="abort", call=Call.of("read", {}), message="why", streak=4, blocks=3)
+        >>> str(LoopGuardAbort(stop))
+        'why'
+    """
+
+    def __init__(self, stop: Stop) -> None:
+        """Wrap the `Stop` that ended the request."""
+        self.stop = stop
+        super().__init__(stop.message)

@@ -1,0 +1,251 @@
+"""Loop guard middleware for `create_agent` agents."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    PrivateStateAttr,
+    ResponseT,
+    hook_config,
+)
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langgraph.config import get_config
+from langgraph.typing import ContextT
+from typing_extensions import override
+
+from loop_guard import _messages
+from loop_guard._config import LoopGuardConfig
+from loop_guard._engine import RequestState
+from loop_guard._guard import GuardEvent, LoopGuard
+from loop_guard._langchain import call_of, result_of
+from loop_guard._values import Block, LoopGuardAbort, Stop
+
+if TYPE_CHECKING:
+    from langgraph.runtime import Runtime
+
+ExitBehavior = Literal["end", "error"]
+"""How the request ends when the guard stops it (abort, or terminate).
+
+- `'end'`: End the run cleanly (default): every pending tool call gets a `ToolMessage`
+    and a final `AIMessage` (`name="loop_guard"`) tells the user why.
+- `'error'`: Raise `LoopGuardAbort` from the agent's `invoke`/`stream`.
+"""
+
+
+class LoopGuardState(AgentState[ResponseT]):
+    """State schema for `LoopGuardMiddleware`.
+
+    Extends `AgentState` with the guard's per-request state, a JSON-safe snapshot kept
+    in the thread's checkpoint, so a thread resumed in another process continues
+    exactly. It is reset at the start of every request.
+
+    Type Parameters:
+        ResponseT: The type of the structured response. Defaults to `Any`.
+    """
+
+    loop_guard: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
+
+
+class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, ResponseT]):
+    """Stop an agent that repeats the same tool call and gets the same result.
+
+    When the model calls the same tool with the same arguments and gets the same
+    result again and again, the guard steps in gradually: at `warn_threshold`
+    identical steps the model is told to change course (a `HumanMessage` named
+    `loop_guard`, once per streak); from `block_threshold` on the repeated call is
+    refused before it runs (an error `ToolMessage` with the reason); after
+    `abort_threshold` blocks in one request the run ends cleanly. Different arguments,
+    or a result that changes (polling), are never touched.
+
+    Configuration:
+        - Every `LoopGuardConfig` field, as a keyword argument or a `LOOP_GUARD_*`
+            environment variable (arguments win).
+        - `exit_behavior`: `'end'` (default) or `'error'`.
+        - `on_event`: a callable receiving a `GuardEvent` per warning, block and stop.
+
+    The guard's state lives in the agent state, never on this object: one instance
+    serves any number of threads, and checkpointed threads resume exactly.
+
+    Examples:
+        !!! example "One line for any agent"
+
+            ```python
+            from langchain.agents import create_agent
+            from loop_guard import LoopGuardMiddleware
+
+            agent = create_agent("openai:gpt-5.5", tools, middleware=[LoopGuardMiddleware()])
+            ```
+
+        !!! example "Stricter thresholds and an event hook"
+
+            ```python
+            guard = LoopGuardMiddleware(
+                warn_threshold=2, block_threshold=3, on_event=lambda e: print(e.kind, e.tool)
+            )
+            agent = create_agent("openai:gpt-5.5", tools, middleware=[guard])
+            ```
+    """
+
+    state_schema = LoopGuardState  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        config: LoopGuardConfig | None = None,
+        *,
+        on_event: Callable[[GuardEvent], object] | None = None,
+        exit_behavior: ExitBehavior = "end",
+        **overrides: Any,
+    ) -> None:
+        """Initialize the loop guard middleware.
+
+        Args:
+            config: Settings; when `None`, read from the `LOOP_GUARD_*` variables.
+            on_event: Called with a `GuardEvent` for every warning, block and stop.
+            exit_behavior: `'end'` to end the run cleanly, `'error'` to raise
+                `LoopGuardAbort`.
+            **overrides: Any `LoopGuardConfig` field; wins over `config` and the
+                environment.
+
+        Raises:
+            ValueError: If an explicit argument is invalid.
+        """
+        super().__init__()
+        if exit_behavior not in ("end", "error"):
+            msg = f"Invalid exit_behavior: {exit_behavior!r}. Must be one of ('end', 'error')"
+            raise ValueError(msg)
+        self.guard = LoopGuard(config, on_event=on_event, **overrides)
+        self.exit_behavior = exit_behavior
+
+    @override
+    def before_agent(
+        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        """Start a new request: everything resets (SPEC §5)."""
+        return {"loop_guard": RequestState(request_id=uuid.uuid4().hex).to_dict()}
+
+    @hook_config(can_jump_to=["end"])
+    @override
+    def after_model(
+        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        """Check the model's tool calls before they run; block repeats, end on a stop."""
+        message = _last_ai_message(state["messages"])
+        if message is None or not message.tool_calls:
+            return None
+        engine, conversation = self.guard.engine, _conversation(state)
+        snapshot = RequestState.from_dict(state.get("loop_guard"))
+        calls = [call_of(tool_call) for tool_call in message.tool_calls]
+        snapshot, decisions = engine.open_batch(snapshot, calls)
+        self.guard.emit(conversation, decisions)
+        answers: list[AnyMessage] = []
+        for call in calls:
+            snapshot, verdict, decisions = engine.check_call(snapshot, call)
+            if isinstance(verdict, Block):
+                self.guard.emit(conversation, (verdict,))
+                answers.append(_tool_message(call.id, call.tool, verdict.message))
+            self.guard.emit(conversation, decisions)
+        update: dict[str, Any] = {"loop_guard": snapshot.to_dict(), "messages": answers}
+        stop = engine.stop_of(snapshot)
+        if stop is None:
+            return update if answers else {"loop_guard": snapshot.to_dict()}
+        if self.exit_behavior == "error":
+            raise LoopGuardAbort(stop)
+        answered = {answer.tool_call_id for answer in answers if isinstance(answer, ToolMessage)}
+        answers.extend(
+            _tool_message(tool_call["id"] or "", tool_call["name"], _messages.not_run_text())
+            for tool_call in message.tool_calls
+            if tool_call["id"] not in answered
+        )
+        answers.append(_final_message(stop))
+        update["jump_to"] = "end"
+        return update
+
+    @override
+    def before_model(
+        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        """Record the last batch's results; deliver a due steer before the model runs."""
+        snapshot = RequestState.from_dict(state.get("loop_guard"))
+        awaiting = {call.id: call for call in snapshot.awaiting}
+        if not awaiting:
+            return None
+        engine, conversation = self.guard.engine, _conversation(state)
+        for message in _answers_to_last_batch(state["messages"]):
+            call = awaiting.get(message.tool_call_id)
+            if call is not None:
+                snapshot, decisions = engine.record_result(snapshot, call, result_of(message))
+                self.guard.emit(conversation, decisions)
+        snapshot, decisions = engine.settle(snapshot)
+        self.guard.emit(conversation, decisions)
+        snapshot, steer = engine.take_steer(snapshot)
+        update: dict[str, Any] = {"loop_guard": snapshot.to_dict()}
+        if steer is not None:
+            update["messages"] = [HumanMessage(content=steer.message, name=_messages.GUARD_NAME)]
+        return update
+
+    @override
+    async def abefore_agent(
+        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        """Async twin of `before_agent`."""
+        return self.before_agent(state, runtime)
+
+    @hook_config(can_jump_to=["end"])
+    @override
+    async def aafter_model(
+        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        """Async twin of `after_model`."""
+        return self.after_model(state, runtime)
+
+    @override
+    async def abefore_model(
+        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        """Async twin of `before_model`."""
+        return self.before_model(state, runtime)
+
+
+def _conversation(state: LoopGuardState[Any]) -> str:
+    """The thread id when there is one, else this request's id."""
+    thread_id = get_config().get("configurable", {}).get("thread_id")
+    if thread_id is not None:
+        return str(thread_id)
+    return str((state.get("loop_guard") or {}).get("request_id"))
+
+
+def _last_ai_message(messages: Sequence[AnyMessage]) -> AIMessage | None:
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            return message
+    return None
+
+
+def _answers_to_last_batch(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
+    """The tool messages after the last AI message."""
+    answers: list[ToolMessage] = []
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            break
+        if isinstance(message, ToolMessage):
+            answers.append(message)
+    return answers
+
+
+def _tool_message(tool_call_id: str, tool: str, text: str) -> ToolMessage:
+    return ToolMessage(
+        content=text,
+        tool_call_id=tool_call_id,
+        name=tool,
+        status="error",
+        response_metadata={"loop_guard": "blocked"},
+    )
+
+
+def _final_message(stop: Stop) -> AIMessage:
+    return AIMessage(content=stop.message, name=_messages.GUARD_NAME)

@@ -1,0 +1,131 @@
+"""Random conversations checked against a tiny, obviously-correct model of SPEC §2-§4."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loop_guard import Call, LoopGuard, Proceed, Result
+
+TOOLS = ["read", "ls", "todo"]
+
+
+@dataclass
+class Reference:
+    """SPEC §2-§4 written as plainly as possible, independent of the engine."""
+
+    warn: int
+    block: int
+    abort: int
+    ignore_tools: set[str]
+    ignore_errors: bool
+    use_terminate: bool
+    last: tuple[str, int, int, bool] | None = None
+    streak: int = 0
+    warned: bool = False
+    blocks: int = 0
+    stopped: str | None = None
+    events: list[str] = field(default_factory=list)
+
+    def run_batch(self, batch: list[tuple[str, int, int, bool]]) -> list[str]:
+        verdicts = []
+        if self.stopped:
+            return ["Stop"] * len(batch)
+        for tool, args, _, _ in batch:
+            if self.stopped:
+                verdicts.append("Block")
+                self.events.append("block")
+                continue
+            repeat = self.last is not None and self.last[:2] == (tool, args)
+            if tool not in self.ignore_tools and repeat and self.streak >= self.block - 1:
+                self.blocks += 1
+                verdicts.append("Block")
+                self.events.append("block")
+                if self.blocks >= self.abort:
+                    self.stopped = "abort"
+                    self.events.append("abort")
+            else:
+                verdicts.append("Proceed")
+        if self.stopped:
+            return verdicts
+        counted = [
+            call
+            for call, verdict in zip(batch, verdicts, strict=True)
+            if verdict == "Proceed"
+            and call[0] not in self.ignore_tools
+            and not (self.ignore_errors and call[3])
+        ]
+        if counted:
+            step = counted[-1]
+            if step == self.last:
+                self.streak += 1
+            else:
+                self.last, self.streak, self.warned = step, 1, False
+            if self.streak >= self.warn and not self.warned:
+                self.warned = True
+                self.events.append("warn")
+        elif self.use_terminate and all(v == "Block" for v in verdicts):
+            self.stopped = "terminate"
+            self.events.append("terminate")
+        return verdicts
+
+
+calls = st.tuples(st.sampled_from(TOOLS), st.integers(0, 1), st.integers(0, 1), st.booleans())
+conversations = st.lists(
+    st.lists(calls, min_size=1, max_size=3) | st.lists(calls, min_size=1, max_size=1),
+    min_size=1,
+    max_size=40,
+)
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> dict[str, Any]:
+    warn = draw(st.integers(1, 4))
+    return {
+        "warn_threshold": warn,
+        "block_threshold": draw(st.integers(warn + 1, warn + 3)),
+        "abort_threshold": draw(st.integers(1, 4)),
+        "ignore_tools": draw(st.sets(st.sampled_from(TOOLS), max_size=1)),
+        "ignore_errors": draw(st.booleans()),
+        "use_terminate": draw(st.booleans()),
+    }
+
+
+@settings(max_examples=600, deadline=None)
+@given(configs(), conversations, st.randoms(use_true_random=False), st.booleans())
+def test_engine_matches_the_reference_model(
+    config: dict[str, Any], batches: list[list[tuple[str, int, int, bool]]], rng: Any, declare: bool
+) -> None:
+    """Zero divergences in verdicts, events and stop over random conversations."""
+    events: list[str] = []
+    guard = LoopGuard(on_event=lambda e: events.append(e.kind), **config)
+    guard.start_request("t", "r")
+    reference = Reference(
+        warn=config["warn_threshold"],
+        block=config["block_threshold"],
+        abort=config["abort_threshold"],
+        ignore_tools=set(config["ignore_tools"]),
+        ignore_errors=config["ignore_errors"],
+        use_terminate=config["use_terminate"],
+    )
+    for index, batch in enumerate(batches):
+        built = [
+            Call.of(tool, {"n": args}, id=f"c{index}_{i}")
+            for i, (tool, args, _, _) in enumerate(batch)
+        ]
+        if declare or len(batch) > 1:
+            guard.open_batch("t", built)
+        verdicts = [guard.check_call("t", call) for call in built]
+        ran = [i for i, v in enumerate(verdicts) if isinstance(v, Proceed)]
+        rng.shuffle(ran)  # results arrive in any completion order
+        for i in ran:
+            _, _, result, is_error = batch[i]
+            guard.record_result("t", built[i], Result.of(f"r{result}", is_error=is_error))
+        expected = reference.run_batch(batch)
+        assert [type(v).__name__ for v in verdicts] == expected, (index, batch)
+        assert events == reference.events, (index, batch)
+    stop = guard.stop_of("t")
+    assert (stop.kind if stop else None) == reference.stopped

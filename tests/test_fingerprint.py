@@ -1,0 +1,252 @@
+"""Identity (SPEC §1): args fingerprints and result fingerprints."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import enum
+import hashlib
+import json
+import tracemalloc
+from typing import Any
+
+import pydantic
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loop_guard import args_fingerprint, result_fingerprint
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _reordered(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _reordered(value[key]) for key in reversed(list(value))}
+    if isinstance(value, list):
+        return [_reordered(item) for item in value]
+    return value
+
+
+@given(json_values)
+def test_key_order_never_matters_at_any_depth(value: Any) -> None:
+    """Reversing the key order of every nested dict gives the same fingerprint."""
+    assert args_fingerprint(value) == args_fingerprint(_reordered(value))
+
+
+def _ints_for_integral_floats(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _ints_for_integral_floats(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_ints_for_integral_floats(item) for item in value]
+    return value
+
+
+@given(json_values)
+def test_plain_json_fingerprint_is_canonical_json(value: Any) -> None:
+    """For JSON values the fingerprint is sorted, compact JSON of the same value."""
+    text = args_fingerprint(value)
+    parsed = json.loads(text)
+    assert parsed == _ints_for_integral_floats(value)
+    assert text == json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_integral_float_equals_int() -> None:
+    """1.0 and 1 are the same argument, as in JavaScript; 1.5 is not."""
+    assert args_fingerprint({"n": 1.0}) == args_fingerprint({"n": 1})
+    assert args_fingerprint({"n": [2.0, -0.0]}) == args_fingerprint({"n": [2, 0]})
+    assert args_fingerprint({"n": 1.5}) != args_fingerprint({"n": 1})
+
+
+def test_strings_never_collide_with_numbers_or_tags() -> None:
+    """ "1" is not 1, and a string that looks like a tag is still a string."""
+    assert args_fingerprint({"n": "1"}) != args_fingerprint({"n": 1})
+    assert args_fingerprint('{"$bytes":"YQ=="}') != args_fingerprint(b"a")
+    assert args_fingerprint(True) != args_fingerprint(1)
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Model(pydantic.BaseModel):
+    name: str
+    tags: list[str]
+
+
+class Opaque:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+class BrokenRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("no eq")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (b"ab", '{"$bytes":"YWI="}'),
+        ({3, 1, 2}, '{"$set":[1,2,3]}'),
+        (frozenset({"b", "a"}), '{"$set":["a","b"]}'),
+        ((1, 2), "[1,2]"),
+        (datetime.datetime(2024, 1, 2, 3, 4, 5), '{"$datetime":"2024-01-02T03:04:05"}'),
+        (datetime.date(2024, 1, 2), '{"$date":"2024-01-02"}'),
+        (decimal.Decimal("1.50"), '{"$decimal":"1.50"}'),
+        (Color.RED, '{"$enum":"Color.RED"}'),
+        (float("nan"), '{"$float":"nan"}'),
+        (float("inf"), '{"$float":"inf"}'),
+        (float("-inf"), '{"$float":"-inf"}'),
+        (Point(1, 2), '{"$dataclass":"test_fingerprint.Point","fields":{"x":1,"y":2}}'),
+        (
+            Model(name="a", tags=["x"]),
+            '{"$model":"test_fingerprint.Model","fields":{"name":"a","tags":["x"]}}',
+        ),
+        ({1: "a", "b": 2}, '{"$map":[["b",2],[1,"a"]]}'),
+    ],
+)
+def test_non_json_values_have_a_documented_encoding(value: Any, expected: str) -> None:
+    """Each non-JSON type gets a deterministic tagged encoding, without raising."""
+    assert args_fingerprint(value) == expected
+    assert args_fingerprint(value) == args_fingerprint(value)
+
+
+def test_arbitrary_objects_are_encoded_without_memory_addresses() -> None:
+    """Two equal-looking objects get the same fingerprint: no `at 0x...` in it."""
+    first, second = args_fingerprint(object()), args_fingerprint(object())
+    assert first == second
+    assert "0x" not in first
+    assert "Opaque" in args_fingerprint(Opaque(1))
+
+
+def test_objects_whose_repr_and_eq_raise_are_encoded() -> None:
+    """A hostile object never makes the guard raise."""
+    assert "unrepresentable" in args_fingerprint({"x": BrokenRepr()})
+    assert args_fingerprint({BrokenRepr()}) == args_fingerprint({BrokenRepr()})
+
+
+def test_cyclic_structures_do_not_crash_or_hang() -> None:
+    """A dict or list that contains itself is encoded with a cycle marker."""
+    looped: dict[str, Any] = {"a": 1}
+    looped["self"] = looped
+    items: list[Any] = [1]
+    items.append(items)
+    assert args_fingerprint(looped) == '{"a":1,"self":{"$cycle":true}}'
+    assert args_fingerprint(items) == '[1,{"$cycle":true}]'
+
+
+def test_shared_but_acyclic_references_are_not_cycles() -> None:
+    """The same list used twice side by side is encoded in full both times."""
+    shared = [1, 2]
+    assert args_fingerprint({"a": shared, "b": shared}) == '{"a":[1,2],"b":[1,2]}'
+
+
+def test_very_deep_nesting_is_bounded() -> None:
+    """10,000 levels of nesting neither recurse out of the stack nor grow the output."""
+    deep: list[Any] = []
+    node = deep
+    for _ in range(10_000):
+        child: list[Any] = []
+        node.append(child)
+        node = child
+    text = args_fingerprint(deep)
+    assert text.endswith('{"$deep":true}' + "]" * 100)
+
+
+def test_result_fingerprint_is_sha256_hex() -> None:
+    """A full 64-hex-digit SHA-256, never truncated."""
+    digest = result_fingerprint("hello")
+    assert len(digest) == 64
+    int(digest, 16)
+
+
+def test_result_text_and_text_blocks_are_the_same_result() -> None:
+    """A plain string and the same text as one content block are the same result."""
+    assert result_fingerprint("abc") == result_fingerprint([{"type": "text", "text": "abc"}])
+    assert result_fingerprint("abc") != result_fingerprint("abd")
+
+
+def test_block_boundaries_are_part_of_the_result() -> None:
+    """["ab"] and ["a", "b"] differ: blocks are length-prefixed."""
+    one = [{"type": "text", "text": "ab"}]
+    two = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    assert result_fingerprint(one) != result_fingerprint(two)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (
+            {"type": "image", "base64": "AAAA", "mime_type": "image/png"},
+            {"type": "image", "base64": "BBBB", "mime_type": "image/png"},
+        ),
+        (
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,BBBB"}},
+        ),
+        ({"type": "image", "url": "https://x/a.png"}, {"type": "image", "url": "https://x/b.png"}),
+        ({"type": "image", "file_id": "file-1"}, {"type": "image", "file_id": "file-2"}),
+        (
+            {"type": "image", "source": {"type": "base64", "data": "AAAA"}},
+            {"type": "image", "source": {"type": "base64", "data": "BBBB"}},
+        ),
+    ],
+)
+def test_different_images_with_the_same_caption_are_different_results(
+    first: dict[str, Any], second: dict[str, Any]
+) -> None:
+    """Image data is hashed (the Pi extension only counted images)."""
+    caption = {"type": "text", "text": "screenshot"}
+    assert result_fingerprint([caption, first]) != result_fingerprint([caption, second])
+    assert result_fingerprint([caption, first]) == result_fingerprint([caption, dict(first)])
+
+
+def test_non_string_results_are_hashed_through_canonical_json() -> None:
+    """Dict results compare by content, not key order."""
+    assert result_fingerprint({"a": 1, "b": 2}) == result_fingerprint({"b": 2, "a": 1})
+    assert result_fingerprint(None) != result_fingerprint("null ")
+
+
+def test_lone_surrogates_and_odd_text_do_not_crash() -> None:
+    """Text that is not valid UTF-8 still hashes deterministically."""
+    assert result_fingerprint("\ud800x") == result_fingerprint("\ud800x")
+    assert result_fingerprint("\ud800x") != result_fingerprint("\ud801x")
+
+
+def test_a_large_result_is_hashed_without_a_second_full_copy() -> None:
+    """Hashing a 20 MB string allocates far less than the string itself."""
+    text = "x" * 20_000_000
+    tracemalloc.start()
+    try:
+        digest = result_fingerprint(text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000
+    expected = hashlib.sha256(b"error:0\n" + b"text:20000000:" + text.encode()).hexdigest()
+    assert digest == expected
