@@ -74,9 +74,7 @@ def steered(messages: Sequence[BaseMessage]) -> bool:
     """Whether the guard has spoken to the model in the current request."""
     for message in reversed(messages):
         if isinstance(message, HumanMessage):
-            if message.name == GUARD_NAME:
-                return True
-            return False
+            return message.name == GUARD_NAME
         if isinstance(message, ToolMessage) and "LOOP GUARD" in str(message.content):
             return True
     return False
