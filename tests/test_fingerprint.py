@@ -122,10 +122,10 @@ class BrokenRepr:
         (float("nan"), '{"$float":"nan"}'),
         (float("inf"), '{"$float":"inf"}'),
         (float("-inf"), '{"$float":"-inf"}'),
-        (Point(1, 2), '{"$dataclass":"test_fingerprint.Point","fields":{"x":1,"y":2}}'),
+        (Point(1, 2), '{"$dataclass":"' + __name__ + '.Point","fields":{"x":1,"y":2}}'),
         (
             Model(name="a", tags=["x"]),
-            '{"$model":"test_fingerprint.Model","fields":{"name":"a","tags":["x"]}}',
+            '{"$model":"' + __name__ + '.Model","fields":{"name":"a","tags":["x"]}}',
         ),
         ({1: "a", "b": 2}, '{"$map":[["b",2],[1,"a"]]}'),
     ],
