@@ -171,14 +171,17 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     ) -> dict[str, Any] | None:
         """Record the last batch's results; deliver a due steer before the model runs."""
         snapshot = RequestState.from_dict(state.get("loop_guard"))
-        awaiting = {call.id: call for call in snapshot.awaiting}
-        if not awaiting:
+        awaiting = {call.id for call in snapshot.awaiting}
+        message = _last_ai_message(state["messages"])
+        if not awaiting or message is None:
             return None
+        # Rebuilt from the AI message, not the snapshot: the snapshot keeps no args.
+        calls = {c.id: c for c in map(call_of, message.tool_calls) if c.id in awaiting}
         engine, conversation = self.guard.engine, _conversation(state)
-        for message in _answers_to_last_batch(state["messages"]):
-            call = awaiting.get(message.tool_call_id)
+        for answer in _answers_to_last_batch(state["messages"]):
+            call = calls.get(answer.tool_call_id)
             if call is not None:
-                snapshot, decisions = engine.record_result(snapshot, call, result_of(message))
+                snapshot, decisions = engine.record_result(snapshot, call, result_of(answer))
                 self.guard.emit(conversation, decisions)
         snapshot, decisions = engine.settle(snapshot)
         self.guard.emit(conversation, decisions)

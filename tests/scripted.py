@@ -6,9 +6,9 @@ message with fresh tool call ids on every call, as a real model would.
 
 from __future__ import annotations
 
-import itertools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -56,15 +56,17 @@ class ScriptedChatModel(BaseChatModel):
         return self
 
 
-_ids: Iterator[int] = itertools.count()
-
-
 def tool_calls_message(*calls: ToolCallSpec) -> AIMessage:
-    """An AI message with fresh, unique tool call ids."""
+    """An AI message with fresh tool call ids, unique across processes too."""
     return AIMessage(
         content="",
         tool_calls=[
-            {"name": name, "args": dict(args), "id": f"call_{next(_ids)}", "type": "tool_call"}
+            {
+                "name": name,
+                "args": dict(args),
+                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "type": "tool_call",
+            }
             for name, args in calls
         ],
     )

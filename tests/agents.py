@@ -1,0 +1,143 @@
+"""Shared pieces for end-to-end tests: counted tools, run modes, history checks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool, ToolException, tool
+
+from loop_guard import GUARD_NAME
+
+Mode = Literal["invoke", "ainvoke", "stream", "astream"]
+MODES: tuple[Mode, ...] = ("invoke", "ainvoke", "stream", "astream")
+
+
+class ToolRuns:
+    """Counts how often each tool body really ran (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def hit(self, name: str) -> None:
+        with self._lock:
+            self.counts[name] += 1
+
+
+def make_tools(runs: ToolRuns) -> list[BaseTool]:
+    """A small toolbox: a failing read, a listing, a poll whose result advances."""
+    progress: Counter[str] = Counter()
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        runs.hit("read_file")
+        if path == "notes.md":
+            raise ToolException("File not found: notes.md")
+        return f"contents of {path}"
+
+    read_file.handle_tool_error = True  # the failure reaches the model as an error result
+
+    @tool
+    def list_dir(path: str) -> str:
+        """List a directory."""
+        runs.hit("list_dir")
+        return "README.md\nsrc/"
+
+    @tool
+    def job_status(job: str) -> str:
+        """Poll a job."""
+        runs.hit("job_status")
+        progress[job] += 1
+        return f"job {job}: {progress[job] * 10}% done"
+
+    return [read_file, list_dir, job_status]
+
+
+def run(
+    agent: Runnable[Any, Any], payload: Any, config: dict[str, Any], mode: Mode
+) -> list[BaseMessage]:
+    """Run the agent in one of the four modes; return the final messages."""
+    if mode == "invoke":
+        return list(agent.invoke(payload, config)["messages"])
+    if mode == "ainvoke":
+        return list(asyncio.run(agent.ainvoke(payload, config))["messages"])
+    if mode == "stream":
+        last: dict[str, Any] = {}
+        for chunk in agent.stream(payload, config, stream_mode="values"):
+            last = chunk
+        return list(last["messages"])
+
+    async def consume() -> list[BaseMessage]:
+        last: dict[str, Any] = {}
+        async for chunk in agent.astream(payload, config, stream_mode="values"):
+            last = chunk
+        return list(last["messages"])
+
+    return asyncio.run(consume())
+
+
+def ask(text: str = "Summarise notes.md") -> dict[str, Any]:
+    return {"messages": [HumanMessage(text)]}
+
+
+def current_request(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The messages since the last user message (guard messages are not user messages)."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, HumanMessage) and message.name != GUARD_NAME:
+            return list(messages[index + 1 :])
+    return list(messages)
+
+
+def steers(messages: Sequence[BaseMessage]) -> list[HumanMessage]:
+    return [m for m in messages if isinstance(m, HumanMessage) and m.name == GUARD_NAME]
+
+
+def blocked(messages: Sequence[BaseMessage]) -> list[ToolMessage]:
+    return [
+        m
+        for m in messages
+        if isinstance(m, ToolMessage) and m.status == "error" and "was blocked" in str(m.content)
+    ]
+
+
+def final_stop(messages: Sequence[BaseMessage]) -> AIMessage | None:
+    last = messages[-1]
+    if isinstance(last, AIMessage) and last.name == GUARD_NAME:
+        return last
+    return None
+
+
+def assert_valid_history(messages: Sequence[BaseMessage]) -> None:
+    """Every tool call is answered exactly once, right after its AI message."""
+    pending: list[str] = []
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            assert message.tool_call_id in pending, f"unexpected answer {message.tool_call_id}"
+            pending.remove(message.tool_call_id)
+            continue
+        assert not pending, f"tool calls left unanswered: {pending}"
+        if isinstance(message, AIMessage):
+            pending = [call["id"] for call in message.tool_calls if call["id"]]
+    assert not pending, f"tool calls left unanswered: {pending}"
+
+
+def timeline(messages: Sequence[BaseMessage]) -> list[str]:
+    """A compact, id-free description of a request, for comparing two runs."""
+    out = []
+    for message in messages:
+        if isinstance(message, AIMessage):
+            calls = ",".join(f"{c['name']}{sorted(c['args'].items())}" for c in message.tool_calls)
+            out.append(f"ai[{message.name or ''}]:{calls or message.content}")
+        elif isinstance(message, ToolMessage):
+            out.append(f"tool:{message.status}:{message.content}")
+        elif isinstance(message, HumanMessage):
+            out.append(f"human[{message.name or ''}]:{message.content}")
+    return out
