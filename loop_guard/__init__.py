@@ -31,6 +31,9 @@ from loop_guard._values import (
     Stop,
     StopKind,
 )
+from loop_guard.callbacks import LoopGuardCallbackHandler
+from loop_guard.graph import LoopGuardNode
+from loop_guard.tools import GuardedTool, guard_tools
 
 if TYPE_CHECKING:
     from loop_guard.middleware import LoopGuardMiddleware
@@ -42,10 +45,13 @@ __all__ = [
     "Decision",
     "Engine",
     "GuardEvent",
+    "GuardedTool",
     "LoopGuard",
     "LoopGuardAbort",
+    "LoopGuardCallbackHandler",
     "LoopGuardConfig",
     "LoopGuardMiddleware",
+    "LoopGuardNode",
     "Proceed",
     "RequestState",
     "Result",
@@ -53,6 +59,7 @@ __all__ = [
     "Stop",
     "StopKind",
     "args_fingerprint",
+    "guard_tools",
     "result_fingerprint",
 ]
 

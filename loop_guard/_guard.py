@@ -136,15 +136,30 @@ class LoopGuard:
         """The settings in force."""
         return self.engine.config
 
-    def start_request(self, conversation: str, request_id: str) -> None:
-        """Begin a request: reset the conversation's state unless `request_id` is current.
+    def start_request(
+        self,
+        conversation: str,
+        request_id: str,
+        *,
+        rebuild: Callable[[Engine], RequestState] | None = None,
+    ) -> None:
+        """Begin a request, unless `request_id` is the conversation's current request.
 
-        Idempotent, so several adapters may announce the same request.
+        Idempotent, so several adapters may announce the same request. When the state
+        held belongs to another request (or none is held, e.g. after a restart),
+        `rebuild` may recreate the request's state from its history; by default the
+        request starts fresh.
         """
         with self._lock:
             state = self._states.get(conversation)
+            if state is not None and state.request_id == request_id:
+                return
+        # Rebuilt outside the lock: it may replay a long history.
+        fresh = RequestState(request_id=request_id) if rebuild is None else rebuild(self.engine)
+        with self._lock:
+            state = self._states.get(conversation)
             if state is None or state.request_id != request_id:
-                self._store(conversation, RequestState(request_id=request_id))
+                self._store(conversation, fresh)
 
     def end_request(self, conversation: str) -> None:
         """Forget a conversation whose request has finished (frees its memory)."""

@@ -1,16 +1,27 @@
-"""Conversions from LangChain's messages and tool calls to the engine's values.
+"""Reading LangChain messages, tool calls and configs into the engine's terms.
 
-Shared by every adapter, so each reads a tool call and a tool result the same way.
+Shared by every adapter, so each one reads a tool call, a tool result, a conversation
+and a request the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import ToolCall, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
-from loop_guard._values import Call, Result
+from loop_guard._engine import Engine, RequestState
+from loop_guard._messages import GUARD_NAME
+from loop_guard._values import Call, Proceed, Result
+
+STEER_MARK = "steer"
+"""`response_metadata["loop_guard"]` of a tool result that carries the steer in-band."""
+
+BLOCK_MARK = "blocked"
+"""`response_metadata["loop_guard"]` of a tool result written by the guard instead of a run."""
 
 
 def call_of(tool_call: ToolCall) -> Call:
@@ -21,7 +32,7 @@ def call_of(tool_call: ToolCall) -> Call:
 def result_of(output: Any) -> Result:
     """The engine's `Result` for what a tool produced.
 
-    A `ToolMessage` (what agents see), a `Command` (its tool messages), or a raw return
+    A `ToolMessage` (what agents see), a `Command` (its tool message), or a raw return
     value (a tool invoked without a tool call).
     """
     if isinstance(output, ToolMessage):
@@ -32,5 +43,104 @@ def result_of(output: Any) -> Result:
         tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
         if tool_messages:
             return result_of(tool_messages[-1])
-        return Result.of({"$command": repr(update), "goto": repr(output.goto)})
+        return Result.of({"command": repr(update), "goto": repr(output.goto)})
     return Result.of(output)
+
+
+def error_result(error: BaseException) -> Result:
+    """The `Result` of a tool that raised: an error with the exception's type and text."""
+    return Result.of(f"{type(error).__name__}: {error}", is_error=True)
+
+
+def current_request(messages: Sequence[BaseMessage]) -> tuple[str | None, Sequence[BaseMessage]]:
+    """The id of the request's user message and the messages from it on.
+
+    A request begins with a user message; messages the guard inserted never count.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, HumanMessage) and message.name != GUARD_NAME:
+            return message.id, messages[index:]
+    return None, messages
+
+
+def thread_key(config: RunnableConfig | None) -> str | None:
+    """The conversation key of a LangGraph thread: its id, plus the graph's namespace.
+
+    The namespace keeps a subgraph (a subagent) apart from its parent on one thread.
+    """
+    if not config:
+        return None
+    configurable = config.get("configurable") or {}
+    metadata = config.get("metadata") or {}
+    thread = configurable.get("thread_id", metadata.get("thread_id"))
+    if thread is None:
+        return None
+    return _with_namespace(str(thread), metadata)
+
+
+def thread_key_of_metadata(metadata: Mapping[str, Any] | None) -> str | None:
+    """`thread_key` for a callback's run metadata."""
+    if not metadata or metadata.get("thread_id") is None:
+        return None
+    return _with_namespace(str(metadata["thread_id"]), metadata)
+
+
+def _with_namespace(thread: str, metadata: Mapping[str, Any]) -> str:
+    namespace = str(metadata.get("checkpoint_ns") or metadata.get("langgraph_checkpoint_ns") or "")
+    graph = namespace.rpartition("|")[0]  # drop the running node's own segment
+    return f"{thread}|{graph}" if graph else thread
+
+
+def last_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage | None, list[ToolMessage]]:
+    """The last AI message and the tool messages after it."""
+    answers: list[ToolMessage] = []
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            return message, answers[::-1]
+        if isinstance(message, ToolMessage):
+            answers.append(message)
+    return None, answers[::-1]
+
+
+def replay(engine: Engine, request_id: str | None, messages: Sequence[BaseMessage]) -> RequestState:
+    """Rebuild a request's state from its messages, as if the guard had watched it live.
+
+    The engine is deterministic, so checking the recorded calls again reproduces the
+    blocks that were made. A steer is taken as delivered once the model was called
+    after it or it was written into a tool result.
+    """
+    state = RequestState(request_id=request_id)
+    answers = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
+    for index, message in enumerate(messages):
+        if not isinstance(message, AIMessage) or not message.tool_calls:
+            continue
+        calls = [call_of(tool_call) for tool_call in message.tool_calls]
+        state, _ = engine.open_batch(state, calls)
+        for call in calls:
+            state, verdict, _ = engine.check_call(state, call)
+            answer = answers.get(call.id)
+            if isinstance(verdict, Proceed) and answer is not None:
+                state, _ = engine.record_result(state, call, result_of(answer))
+        later = messages[index + 1 :]
+        delivered = any(isinstance(m, AIMessage) for m in later) or any(
+            answers.get(call.id) is not None and is_marked(answers[call.id], STEER_MARK)
+            for call in calls
+        )
+        if delivered:
+            state, _ = engine.take_steer(state)
+    return state
+
+
+def messages_of(state: Any) -> Sequence[BaseMessage]:
+    """The messages of a graph state: a `MessagesState`-like mapping, object or list."""
+    if isinstance(state, Mapping):
+        messages = state.get("messages", ())
+    else:
+        messages = getattr(state, "messages", state)
+    return messages if isinstance(messages, Sequence) else ()
+
+
+def is_marked(message: BaseMessage, mark: str) -> bool:
+    """Whether the guard marked this message (`BLOCK_MARK` or `STEER_MARK`)."""
+    return message.response_metadata.get("loop_guard") == mark

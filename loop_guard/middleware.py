@@ -22,7 +22,7 @@ from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import RequestState
 from loop_guard._guard import GuardEvent, LoopGuard
-from loop_guard._langchain import call_of, result_of
+from loop_guard._langchain import BLOCK_MARK, call_of, result_of
 from loop_guard._values import Block, LoopGuardAbort, Stop
 
 if TYPE_CHECKING:
@@ -246,7 +246,7 @@ def _tool_message(tool_call_id: str, tool: str, text: str) -> ToolMessage:
         tool_call_id=tool_call_id,
         name=tool,
         status="error",
-        response_metadata={"loop_guard": "blocked"},
+        response_metadata={"loop_guard": BLOCK_MARK},
     )
 
 

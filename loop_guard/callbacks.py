@@ -1,0 +1,253 @@
+"""Loop guard callback handler: watches any runnable's model and tool events."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.runnables import RunnableConfig
+from typing_extensions import override
+
+from loop_guard._guard import LoopGuard
+from loop_guard._langchain import (
+    call_of,
+    current_request,
+    error_result,
+    replay,
+    result_of,
+    thread_key,
+    thread_key_of_metadata,
+)
+from loop_guard._values import Call, LoopGuardAbort, Result
+
+logger = logging.getLogger("loop_guard")
+
+
+class LoopGuardCallbackHandler(BaseCallbackHandler):
+    """Track steps from a run's callbacks: model responses, tool starts, ends and errors.
+
+    Attach it to any runnable with `config={"callbacks": [handler]}`. It observes: it
+    groups each model response's tool calls into a batch, records every result, emits
+    the guard's events, and refuses the next model call once the request was stopped
+    (raising `LoopGuardAbort`). Blocking a call before it runs is the job of
+    `guard_tools`, `LoopGuardNode` or `LoopGuardMiddleware`; combined with any of them,
+    no step is counted twice.
+
+    A conversation is the LangGraph thread (`configurable.thread_id`), else the
+    top-level run; a thread's requests start at each new user message.
+
+    Args:
+        guard: The `LoopGuard` holding the conversations' state.
+
+    Example:
+        ```python
+        guard = LoopGuard()
+        handler = LoopGuardCallbackHandler(guard)
+        agent = create_agent(model, guard_tools(tools, guard))
+        agent.invoke(inputs, {"callbacks": [handler], "configurable": {"thread_id": "1"}})
+        ```
+    """
+
+    raise_error = True  # only LoopGuardAbort escapes: every other failure is logged
+    run_inline = True  # cheap and thread-safe: no executor hop in async runs
+
+    def __init__(self, guard: LoopGuard) -> None:
+        """Watch runs on behalf of `guard`."""
+        given: object = guard  # checked at run time: callers may be untyped
+        if not isinstance(given, LoopGuard):
+            msg = f"guard must be a LoopGuard, got {type(given).__name__}"
+            raise ValueError(msg)
+        self.guard = guard
+        self._parents: dict[UUID, UUID | None] = {}
+        self._conversations: dict[UUID, str] = {}
+        self._tools: dict[UUID, tuple[str, Call]] = {}
+        self._lock = threading.Lock()
+
+    def conversation_of(self, run_id: UUID | None) -> str | None:
+        """The conversation a live run belongs to: its thread, else its top-level run."""
+        with self._lock:
+            while run_id is not None:
+                if run_id in self._conversations:
+                    return self._conversations[run_id]
+                parent = self._parents.get(run_id, run_id)
+                if parent == run_id:
+                    return None  # a run this handler never saw
+                if parent is None:
+                    return f"run:{run_id}"
+                run_id = parent
+        return None
+
+    @override
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: dict[str, Any] | Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Remember where the run sits in the tree of runs."""
+        self._start(run_id, parent_run_id, metadata)
+
+    @override
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any] | None,
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Announce the request the model is answering; refuse the call once it stopped."""
+        conversation = self._start(run_id, parent_run_id, metadata)
+        stop = None
+        try:
+            if conversation is not None and messages:
+                announce(self.guard, conversation, messages[0])
+                stop = self.guard.stop_of(conversation)
+        except Exception:
+            logger.exception("loop guard failed on a model start; continuing unguarded")
+        if stop is not None:
+            raise LoopGuardAbort(stop)
+
+    @override
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        """Declare the response's tool calls as one batch, in the model's order."""
+        try:
+            conversation = self.conversation_of(run_id)
+            generation = response.generations[0][0] if response.generations else None
+            if (
+                conversation is not None
+                and isinstance(generation, ChatGeneration)
+                and isinstance(generation.message, AIMessage)
+            ):
+                calls = [call_of(tool_call) for tool_call in generation.message.tool_calls]
+                if calls:
+                    self.guard.open_batch(conversation, calls)
+        except Exception:
+            logger.exception("loop guard failed on a model response; continuing unguarded")
+        self._end(run_id)
+
+    @override
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Forget the failed model run."""
+        self._end(run_id)
+
+    @override
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Remember the call, to pair it with its result."""
+        conversation = self._start(run_id, parent_run_id, metadata)
+        try:
+            if conversation is not None:
+                name = str((serialized or {}).get("name") or kwargs.get("name") or "")
+                args = inputs if inputs is not None else input_str
+                call = Call.of(name, args, id=kwargs.get("tool_call_id"))
+                with self._lock:
+                    self._tools[run_id] = (conversation, call)
+        except Exception:
+            logger.exception("loop guard failed on a tool start; continuing unguarded")
+
+    @override
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Record the result."""
+        self._record(run_id, output, None)
+
+    @override
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Record the failure as an error result."""
+        self._record(run_id, None, error_result(error))
+
+    @override
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Forget the run; a finished top-level run frees its conversation."""
+        self._end(run_id)
+
+    @override
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Forget the run; a failed top-level run frees its conversation."""
+        self._end(run_id)
+
+    def _start(
+        self, run_id: UUID, parent_run_id: UUID | None, metadata: dict[str, Any] | None
+    ) -> str | None:
+        with self._lock:
+            self._parents[run_id] = parent_run_id
+            thread = thread_key_of_metadata(metadata)
+            if thread is not None:
+                self._conversations[run_id] = thread
+        return self.conversation_of(run_id)
+
+    def _record(self, run_id: UUID, output: Any, result: Result | None) -> None:
+        with self._lock:
+            tracked = self._tools.pop(run_id, None)
+        try:
+            if tracked is not None:
+                conversation, call = tracked
+                self.guard.record_result(conversation, call, result or result_of(output))
+        except Exception:
+            logger.exception("loop guard failed on a tool result; continuing unguarded")
+        self._end(run_id)
+
+    def _end(self, run_id: UUID) -> None:
+        with self._lock:
+            parent = self._parents.pop(run_id, None)
+            conversation = self._conversations.pop(run_id, None)
+            self._tools.pop(run_id, None)
+        if parent is None and conversation is None:
+            # A top-level run outside any thread is its own conversation: it is over.
+            self.guard.end_request(f"run:{run_id}")
+
+
+def announce(guard: LoopGuard, conversation: str, messages: Sequence[BaseMessage]) -> None:
+    """Start (or continue) the request these messages belong to.
+
+    A top-level run outside a thread is a single request, so there is nothing to
+    announce. Otherwise, state missing after a restart is rebuilt from the history.
+    """
+    if conversation.startswith("run:"):
+        return
+    request_id, request = current_request(messages)
+    if request_id is not None:
+        guard.start_request(
+            conversation, request_id, rebuild=lambda engine: replay(engine, request_id, request)
+        )
+
+
+def conversation_for(
+    guard: LoopGuard, config: RunnableConfig | None, messages: Sequence[BaseMessage]
+) -> str | None:
+    """The conversation key for a node or tool: the same one the handler would use.
+
+    The thread when there is one; else the top-level run, when a handler for this
+    guard is attached; else the request's user message.
+    """
+    thread = thread_key(config)
+    if thread is not None:
+        return thread
+    callbacks = (config or {}).get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager):
+        for handler in callbacks.handlers:
+            if isinstance(handler, LoopGuardCallbackHandler) and handler.guard is guard:
+                return handler.conversation_of(callbacks.parent_run_id)
+    request_id, _ = current_request(messages)
+    return None if request_id is None else f"request:{request_id}"

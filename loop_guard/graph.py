@@ -1,0 +1,97 @@
+"""Loop guard graph node for hand-built LangGraph `StateGraph`s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END
+from langgraph.types import Command
+
+from loop_guard import _messages
+from loop_guard._guard import LoopGuard
+from loop_guard._langchain import BLOCK_MARK, call_of, last_batch, messages_of, result_of
+from loop_guard.callbacks import announce, conversation_for
+
+
+class LoopGuardNode:
+    """A node to place after the tools node: steers the model, or ends the request.
+
+    It reads the last model response and its tool results from the state (records
+    them, once, whoever recorded them first), then returns a `Command`: back to
+    `next_node`, with the steer message (a `HumanMessage` named `loop_guard`) appended
+    when a warning is due; or to `END` once the request was stopped, with a
+    `ToolMessage` for every tool call still unanswered and a final `AIMessage` saying
+    why, so the thread's history stays valid for the next request.
+
+    Blocking a call before it runs is done by the tools themselves: wrap them with
+    `guard_tools(tools, guard, deliver_steer=False)` so the steer comes from this node.
+
+    Args:
+        guard: The `LoopGuard` holding the conversations' state.
+        next_node: Where to go when the request continues (usually the model node).
+
+    Example:
+        ```python
+        guard = LoopGuard()
+        builder = StateGraph(MessagesState)
+        builder.add_node("model", call_model)
+        builder.add_node("tools", ToolNode(guard_tools(tools, guard, deliver_steer=False)))
+        builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
+        builder.add_edge(START, "model")
+        builder.add_conditional_edges("model", tools_condition)
+        builder.add_edge("tools", "loop_guard")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        ```
+    """
+
+    def __init__(self, guard: LoopGuard, *, next_node: str = "model") -> None:
+        """Create the node; see the class docstring."""
+        given: object = guard  # checked at run time: callers may be untyped
+        if not isinstance(given, LoopGuard):
+            msg = f"guard must be a LoopGuard, got {type(given).__name__}"
+            raise ValueError(msg)
+        if not isinstance(next_node, str) or not next_node:
+            msg = f"next_node must be a node name, got {next_node!r}"
+            raise ValueError(msg)
+        self.guard = guard
+        self.next_node = next_node
+
+    def __call__(self, state: Any, config: RunnableConfig) -> Command[Any]:
+        """Record the last batch; continue with a steer if due, or end the request."""
+        messages = messages_of(state)
+        conversation = conversation_for(self.guard, config, messages)
+        if conversation is None:
+            return Command(goto=self.next_node)
+        announce(self.guard, conversation, messages)
+        ai_message, answers = last_batch(messages)
+        if ai_message is not None and ai_message.tool_calls:
+            calls = {c.id: c for c in map(call_of, ai_message.tool_calls)}
+            self.guard.open_batch(conversation, list(calls.values()))
+            for answer in answers:
+                call = calls.get(answer.tool_call_id)
+                if call is not None:  # blocked calls are known to the engine: not counted
+                    self.guard.record_result(conversation, call, result_of(answer))
+            self.guard.settle(conversation)
+        stop = self.guard.stop_of(conversation)
+        if stop is not None:
+            answered = {answer.tool_call_id for answer in answers}
+            pending = [
+                ToolMessage(
+                    content=_messages.not_run_text(),
+                    tool_call_id=tool_call["id"] or "",
+                    name=tool_call["name"],
+                    status="error",
+                    response_metadata={"loop_guard": BLOCK_MARK},
+                )
+                for tool_call in (ai_message.tool_calls if ai_message is not None else ())
+                if tool_call["id"] not in answered
+            ]
+            final = AIMessage(content=stop.message, name=_messages.GUARD_NAME)
+            return Command(goto=END, update={"messages": [*pending, final]})
+        steer = self.guard.take_steer(conversation)
+        if steer is None:
+            return Command(goto=self.next_node)
+        message = HumanMessage(content=steer.message, name=_messages.GUARD_NAME)
+        return Command(goto=self.next_node, update={"messages": [message]})

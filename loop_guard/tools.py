@@ -1,0 +1,304 @@
+"""Loop guard tool wrapper: tools that ask the guard before they run."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, final
+
+from langchain_core.messages import BaseMessage, ToolCall, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, ToolException
+from langgraph.prebuilt import ToolRuntime
+from langgraph.prebuilt.tool_node import _get_all_injected_args
+from langgraph.types import Command
+from pydantic import ConfigDict, create_model
+from typing_extensions import override
+
+from loop_guard._guard import LoopGuard
+from loop_guard._langchain import (
+    BLOCK_MARK,
+    STEER_MARK,
+    call_of,
+    error_result,
+    last_batch,
+    messages_of,
+    result_of,
+)
+from loop_guard._values import Block, Call, LoopGuardAbort, Stop
+from loop_guard.callbacks import announce, conversation_for
+
+RUNTIME_ARG = "loop_guard_runtime"
+"""The injected argument through which `ToolNode` hands a guarded tool the graph state."""
+
+_block_message: contextvars.ContextVar[str] = contextvars.ContextVar("loop_guard_block")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    """What the wrapper decided for one invocation, and what it needs afterwards."""
+
+    refusal: str | None  # the block message when the call must not run
+    conversation: str | None  # None: outside any conversation, untracked
+    call: Call | None
+    input: Any  # the input for the wrapped tool, without the guard's injected argument
+
+
+class GuardedTool(BaseTool):
+    """A tool that behaves exactly like the one it wraps, except that the guard may refuse
+    a repeated call: then the tool body does not run and the model gets an error result
+    with the reason (raised as a `ToolException` that this tool turns into a message).
+
+    Built by `guard_tools`; see there.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    inner: BaseTool
+    guard: LoopGuard
+    deliver_steer: bool = True
+    runtime_arg: str = RUNTIME_ARG
+    handle_tool_error: bool = True  # a block must never crash the run
+
+    @functools.cached_property
+    def _model_arg_names(self) -> frozenset[str]:
+        schema = self.inner.tool_call_schema
+        if isinstance(schema, dict):
+            return frozenset(schema.get("properties", {}))
+        return frozenset(getattr(schema, "model_fields", None) or getattr(schema, "__fields__", {}))
+
+    @property
+    def func(self) -> Any:
+        """The wrapped tool's function: `ToolNode` reads its injected arguments."""
+        return getattr(self.inner, "func", None)
+
+    @property
+    def coroutine(self) -> Any:
+        """The wrapped tool's coroutine, likewise."""
+        return getattr(self.inner, "coroutine", None)
+
+    @property
+    @override
+    def tool_call_schema(self) -> Any:
+        """The model-facing schema: exactly the wrapped tool's."""
+        return self.inner.tool_call_schema
+
+    @override
+    def get_input_schema(self, config: RunnableConfig | None = None) -> Any:
+        """The wrapped tool's input schema, plus the runtime the guard needs injected."""
+        schema = self.inner.get_input_schema(config)
+        if self.runtime_arg != RUNTIME_ARG or isinstance(self.inner.args_schema, dict):
+            return schema
+        return create_model(
+            schema.__name__,
+            __base__=schema,
+            __config__=None,
+            **{RUNTIME_ARG: (ToolRuntime, None)},  # type: ignore[call-overload]
+        )
+
+    @override
+    def invoke(
+        self,
+        input: str | dict[str, Any] | ToolCall,
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run the wrapped tool, unless the guard refuses the call."""
+        decision = self._decide(input, config)
+        if decision.refusal is not None:
+            token = _block_message.set(decision.refusal)
+            try:
+                return _marked(super().invoke(decision.input, config, **kwargs), BLOCK_MARK)
+            finally:
+                _block_message.reset(token)
+        try:
+            output = self.inner.invoke(decision.input, config, **kwargs)
+        except Exception as error:
+            self._record_error(decision, error)
+            raise
+        return self._after(decision, output)
+
+    @override
+    async def ainvoke(
+        self,
+        input: str | dict[str, Any] | ToolCall,
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Async twin of `invoke`: the wrapped tool's own async path runs."""
+        decision = self._decide(input, config)
+        if decision.refusal is not None:
+            token = _block_message.set(decision.refusal)
+            try:
+                output = await super().ainvoke(decision.input, config, **kwargs)
+            finally:
+                _block_message.reset(token)
+            return _marked(output, BLOCK_MARK)
+        try:
+            output = await self.inner.ainvoke(decision.input, config, **kwargs)
+        except Exception as error:
+            self._record_error(decision, error)
+            raise
+        return self._after(decision, output)
+
+    @override
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        raise ToolException(_block_message.get())
+
+    @override
+    async def _arun(self, *args: Any, **kwargs: Any) -> Any:
+        raise ToolException(_block_message.get())
+
+    def _decide(self, input: Any, config: RunnableConfig | None) -> _Decision:
+        tool_call = input if _is_tool_call(input) else None
+        args = tool_call["args"] if tool_call is not None else input
+        runtime = args.get(self.runtime_arg) if isinstance(args, Mapping) else None
+        if isinstance(args, Mapping) and self.runtime_arg == RUNTIME_ARG and RUNTIME_ARG in args:
+            args = {k: v for k, v in args.items() if k != RUNTIME_ARG}
+            input = {**tool_call, "args": args} if tool_call is not None else args
+        messages = messages_of(getattr(runtime, "state", None))
+        conversation = conversation_for(self.guard, config, messages)
+        if conversation is None:
+            return _Decision(refusal=None, conversation=None, call=None, input=input)
+        announce(self.guard, conversation, messages)
+        call = self._call(tool_call, args, messages)
+        ai_message, _ = last_batch(messages)
+        if ai_message is not None and any(c["id"] == call.id for c in ai_message.tool_calls):
+            self.guard.open_batch(conversation, [call_of(c) for c in ai_message.tool_calls])
+        verdict = self.guard.check_call(conversation, call)
+        if isinstance(verdict, Stop):
+            raise LoopGuardAbort(verdict)
+        refusal = verdict.message if isinstance(verdict, Block) else None
+        return _Decision(refusal=refusal, conversation=conversation, call=call, input=input)
+
+    def _call(self, tool_call: ToolCall | None, args: Any, messages: Sequence[BaseMessage]) -> Call:
+        """The call as the model made it: from its AI message when it can be found."""
+        call_id = tool_call["id"] if tool_call is not None else None
+        ai_message, _ = last_batch(messages)
+        for made in ai_message.tool_calls if ai_message is not None else ():
+            if made["id"] == call_id:
+                return call_of(made)
+        if isinstance(args, Mapping):  # drop injected arguments: the model never saw them
+            args = {key: value for key, value in args.items() if key in self._model_arg_names}
+        return Call.of(self.name, args, id=call_id)
+
+    def _record_error(self, decision: _Decision, error: BaseException) -> None:
+        if decision.conversation is not None and decision.call is not None:
+            self.guard.record_result(decision.conversation, decision.call, error_result(error))
+
+    def _after(self, decision: _Decision, output: Any) -> Any:
+        if decision.conversation is None or decision.call is None:
+            return output
+        self.guard.record_result(decision.conversation, decision.call, result_of(output))
+        if not self.deliver_steer or _tool_message_of(output) is None:
+            return output
+        steer = self.guard.take_steer(decision.conversation)
+        return output if steer is None else _with_steer(output, steer.message)
+
+
+def guard_tools(
+    tools: Sequence[BaseTool], guard: LoopGuard, *, deliver_steer: bool = True
+) -> list[BaseTool]:
+    """Wrap tools so that the guard can refuse a repeated call before it runs.
+
+    Each wrapped tool keeps the original's name, description, model-facing schema,
+    sync and async paths, injected arguments (state, store, runtime, tool call id),
+    artifacts, `Command` returns and `return_direct`. A blocked call does not run: it
+    becomes an error `ToolMessage` (`status="error"`) with the reason, in
+    `create_agent`, in a default `ToolNode`, and on direct `invoke`. A call that arrives
+    after the request was stopped raises `LoopGuardAbort`.
+
+    Inside a LangGraph `ToolNode` the wrapper sees the graph state, so it knows the
+    thread, the request and the batch on its own. Outside a graph, attach
+    `LoopGuardCallbackHandler` so it knows which run a call belongs to.
+
+    Args:
+        tools: The tools to wrap.
+        guard: The `LoopGuard` that decides.
+        deliver_steer: Append the steer message to the tool result that completes a
+            streak (the model reads it there). Pass `False` when a `LoopGuardNode`
+            delivers it as a message of its own.
+
+    Returns:
+        The wrapped tools, in the same order.
+
+    Example:
+        >>> from langchain_core.tools import tool
+        >>> @tool
+        ... def read_file(path: str) -> str:
+        ...     '''Read a file.'''
+        ...     return "File not found"
+        >>> [guarded] = guard_tools([read_file], LoopGuard())
+        >>> guarded.name, guarded.tool_call_schema is read_file.tool_call_schema
+        ('read_file', True)
+    """
+    wrapped: list[BaseTool] = []
+    for tool in tools:
+        if isinstance(tool, GuardedTool):
+            tool = tool.inner  # never guard twice
+        runtime_arg = _get_all_injected_args(tool).runtime or RUNTIME_ARG
+        wrapped.append(
+            GuardedTool(
+                inner=tool,
+                guard=guard,
+                deliver_steer=deliver_steer,
+                runtime_arg=runtime_arg,
+                name=tool.name,
+                description=tool.description,
+                args_schema=tool.args_schema,
+                return_direct=tool.return_direct,
+                response_format=tool.response_format,
+                tags=tool.tags,
+                metadata=tool.metadata,
+                extras=tool.extras,
+                handle_validation_error=tool.handle_validation_error,
+                verbose=tool.verbose,
+            )
+        )
+    return wrapped
+
+
+def _is_tool_call(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("type") == "tool_call" and "args" in value
+
+
+def _tool_message_of(output: Any) -> ToolMessage | None:
+    if isinstance(output, ToolMessage):
+        return output
+    if isinstance(output, Command) and isinstance(output.update, dict):
+        found = [m for m in output.update.get("messages", ()) if isinstance(m, ToolMessage)]
+        return found[-1] if found else None
+    return None
+
+
+def _with_steer(output: Any, steer: str) -> Any:
+    """The tool's output with the steer appended to its tool message."""
+    if isinstance(output, ToolMessage):
+        content = output.content
+        steered = (
+            f"{content}\n\n{steer}"
+            if isinstance(content, str)
+            else [*content, {"type": "text", "text": steer}]
+        )
+        return _marked(output.model_copy(update={"content": steered}), STEER_MARK)
+    if isinstance(output, Command) and isinstance(output.update, dict):
+        message = _tool_message_of(output)
+        messages = [_with_steer(m, steer) if m is message else m for m in output.update["messages"]]
+        return Command(
+            graph=output.graph,
+            update={**output.update, "messages": messages},
+            resume=output.resume,
+            goto=output.goto,
+        )
+    return output
+
+
+def _marked(output: Any, mark: str) -> Any:
+    """A tool message tagged as the guard's doing, in `response_metadata["loop_guard"]`."""
+    if not isinstance(output, ToolMessage):
+        return output  # a direct call without a tool call id returns the bare text
+    metadata = {**output.response_metadata, "loop_guard": mark}
+    return output.model_copy(update={"response_metadata": metadata})
