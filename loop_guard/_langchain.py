@@ -118,9 +118,11 @@ def replay(engine: Engine, request_id: str | None, messages: Sequence[BaseMessag
         calls = [call_of(tool_call) for tool_call in message.tool_calls]
         state, _ = engine.open_batch(state, calls)
         for call in calls:
-            state, verdict, _ = engine.check_call(state, call)
             answer = answers.get(call.id)
-            if isinstance(verdict, Proceed) and answer is not None:
+            if answer is None:
+                continue  # still running: the live adapter checks it
+            state, verdict, _ = engine.check_call(state, call)
+            if isinstance(verdict, Proceed):
                 state, _ = engine.record_result(state, call, result_of(answer))
         later = messages[index + 1 :]
         delivered = any(isinstance(m, AIMessage) for m in later) or any(

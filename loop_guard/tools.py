@@ -14,7 +14,7 @@ from langchain_core.tools import BaseTool, ToolException
 from langgraph.prebuilt import ToolRuntime
 from langgraph.prebuilt.tool_node import _get_all_injected_args
 from langgraph.types import Command
-from pydantic import ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict
 from typing_extensions import override
 
 from loop_guard._guard import LoopGuard
@@ -90,14 +90,9 @@ class GuardedTool(BaseTool):
     def get_input_schema(self, config: RunnableConfig | None = None) -> Any:
         """The wrapped tool's input schema, plus the runtime the guard needs injected."""
         schema = self.inner.get_input_schema(config)
-        if self.runtime_arg != RUNTIME_ARG or isinstance(self.inner.args_schema, dict):
-            return schema
-        return create_model(
-            schema.__name__,
-            __base__=schema,
-            __config__=None,
-            **{RUNTIME_ARG: (ToolRuntime, None)},  # type: ignore[call-overload]
-        )
+        if self.runtime_arg != RUNTIME_ARG or not issubclass(schema, BaseModel):
+            return schema  # the tool's own runtime argument serves, or it cannot be extended
+        return _with_runtime_field(schema)
 
     @override
     def invoke(
@@ -259,6 +254,19 @@ def guard_tools(
             )
         )
     return wrapped
+
+
+@functools.cache
+def _with_runtime_field(schema: type[BaseModel]) -> type[BaseModel]:
+    """`schema` plus an optional `ToolRuntime` field, which `ToolNode` fills in."""
+    namespace = {
+        "__annotations__": {RUNTIME_ARG: ToolRuntime},
+        RUNTIME_ARG: None,
+        # ToolRuntime holds arbitrary objects (a store, a stream writer).
+        "model_config": {**schema.model_config, "arbitrary_types_allowed": True},
+        "__module__": schema.__module__,
+    }
+    return type(schema.__name__, (schema,), namespace)
 
 
 def _is_tool_call(value: Any) -> bool:

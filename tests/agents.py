@@ -8,11 +8,14 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool, ToolException, tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
 
-from loop_guard import GUARD_NAME
+from loop_guard import GUARD_NAME, LoopGuard, LoopGuardNode, guard_tools
 
 Mode = Literal["invoke", "ainvoke", "stream", "astream"]
 MODES: tuple[Mode, ...] = ("invoke", "ainvoke", "stream", "astream")
@@ -130,14 +133,57 @@ def assert_valid_history(messages: Sequence[BaseMessage]) -> None:
 
 
 def timeline(messages: Sequence[BaseMessage]) -> list[str]:
-    """A compact, id-free description of a request, for comparing two runs."""
-    out = []
+    """A compact, id-free description of a history, for comparing two runs.
+
+    Tool results are listed in their calls' order, whatever order they were added in.
+    """
+    out: list[str] = []
+    order: dict[str, int] = {}
+    answers: list[tuple[int, str]] = []
+
+    def flush() -> None:
+        out.extend(text for _, text in sorted(answers))
+        answers.clear()
+
     for message in messages:
+        if isinstance(message, ToolMessage):
+            answers.append((order.get(message.tool_call_id, len(order)), _describe(message)))
+            continue
+        flush()
         if isinstance(message, AIMessage):
-            calls = ",".join(f"{c['name']}{sorted(c['args'].items())}" for c in message.tool_calls)
-            out.append(f"ai[{message.name or ''}]:{calls or message.content}")
-        elif isinstance(message, ToolMessage):
-            out.append(f"tool:{message.status}:{message.content}")
-        elif isinstance(message, HumanMessage):
-            out.append(f"human[{message.name or ''}]:{message.content}")
+            order = {call["id"] or "": n for n, call in enumerate(message.tool_calls)}
+        out.append(_describe(message))
+    flush()
     return out
+
+
+def _describe(message: BaseMessage) -> str:
+    if isinstance(message, AIMessage):
+        calls = ",".join(f"{c['name']}{sorted(c['args'].items())}" for c in message.tool_calls)
+        return f"ai[{message.name or ''}]:{calls or message.content}"
+    if isinstance(message, ToolMessage):
+        return f"tool:{message.status}:{message.content}"
+    return f"{message.type}[{message.name or ''}]:{message.content}"
+
+
+def build_graph(
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    guard: LoopGuard,
+    *,
+    checkpointer: Any = None,
+    deliver_steer: bool = False,
+    handle_tool_errors: bool = False,
+    interrupt_before: list[str] | None = None,
+) -> Any:
+    """model -> ToolNode(guarded tools) -> LoopGuardNode -> model | END."""
+    errors = {"handle_tool_errors": True} if handle_tool_errors else {}
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+    guarded = guard_tools(tools, guard, deliver_steer=deliver_steer)
+    builder.add_node("tools", ToolNode(guarded, **errors))
+    builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", tools_condition)
+    builder.add_edge("tools", "loop_guard")
+    return builder.compile(checkpointer=checkpointer, interrupt_before=interrupt_before)

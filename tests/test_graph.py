@@ -1,0 +1,339 @@
+"""The graph node, the tool wrapper and the callback handler on real LangGraph graphs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from loop_guard import GuardEvent, LoopGuard, LoopGuardAbort, LoopGuardCallbackHandler, guard_tools
+
+from .agents import (
+    MODES,
+    Mode,
+    ToolRuns,
+    ask,
+    assert_valid_history,
+    blocked,
+    build_graph,
+    current_request,
+    final_stop,
+    make_tools,
+    run,
+    steers,
+)
+from .scripted import ScriptedChatModel, obedient, sequence, stubborn, tool_calls_message
+
+READ_NOTES = ("read_file", {"path": "notes.md"})
+THREAD = {"configurable": {"thread_id": "t1"}}
+
+
+def graph_for(script: Any, *, checkpointer: Any = None, **options: Any) -> tuple[Any, Any, Any]:
+    events: list[GuardEvent] = []
+    guard = LoopGuard(on_event=events.append, **options)
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=script)
+    graph = build_graph(
+        model, make_tools(runs), guard, checkpointer=checkpointer or InMemorySaver()
+    )
+    return graph, runs, (model, events)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stubborn_model_in_a_hand_built_graph(mode: Mode) -> None:
+    """4 runs, one steer after the 3rd result, blocks 5-7, END; the next request starts fresh."""
+    graph, runs, (model, events) = graph_for(stubborn(READ_NOTES))
+    for request in (1, 2):
+        messages = run(graph, ask(), THREAD, mode)
+        this_request = current_request(messages)
+        assert runs.counts["read_file"] == 4 * request
+        assert model.calls == 7 * request
+        assert len(steers(this_request)) == 1
+        steer_index = this_request.index(steers(this_request)[0])
+        assert isinstance(this_request[steer_index - 1], ToolMessage)
+        assert sum(isinstance(m, ToolMessage) for m in this_request[:steer_index]) == 3
+        assert len(blocked(this_request)) == 3
+        assert final_stop(messages) is not None
+        assert_valid_history(messages)
+    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"] * 2
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_obedient_model_in_a_graph_is_steered_once(mode: Mode) -> None:
+    """After the steer the model answers; nothing is blocked."""
+    graph, runs, _ = graph_for(obedient(READ_NOTES))
+    messages = run(graph, ask(), THREAD, mode)
+    assert runs.counts["read_file"] == 3
+    assert len(steers(messages)) == 1
+    assert blocked(messages) == []
+    assert messages[-1].content == "Giving up on that; here is my answer."
+
+
+def test_polling_and_different_args_in_a_graph_are_untouched() -> None:
+    """A poll that advances and reads of different files: never steered or blocked."""
+    turns = [[("job_status", {"job": "b"})]] * 10 + [
+        [("read_file", {"path": f"f{n % 2}.txt"})] for n in range(10)
+    ]
+    graph, runs, (_, events) = graph_for(sequence(*turns))
+    messages = run(graph, ask(), THREAD, "invoke")
+    assert runs.counts == {"job_status": 10, "read_file": 10}
+    assert events == []
+    assert messages[-1].content == "done"
+
+
+def test_parallel_identical_and_different_siblings_in_a_graph() -> None:
+    """Siblings never count against each other; only the batch's last call is compared."""
+    # Each response: the repeated read and, last, a listing: the listing is what counts.
+    turns = [[READ_NOTES, READ_NOTES, ("list_dir", {"path": "."})]] * 6
+    graph, runs, (_, events) = graph_for(sequence(*turns))
+    run(graph, ask(), THREAD, "invoke")
+    assert runs.counts == {"read_file": 12, "list_dir": 5}
+    assert [e.kind for e in events] == ["warn", "block"]
+    assert events[1].tool == "list_dir"
+
+
+def test_identical_siblings_are_blocked_together() -> None:
+    """Once the streak reaches the block point every identical sibling is refused."""
+    graph, runs, (model, events) = graph_for(stubborn(READ_NOTES, READ_NOTES))
+    messages = run(graph, ask(), THREAD, "ainvoke")
+    assert runs.counts["read_file"] == 8
+    assert model.calls == 6
+    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort", "block"]
+    assert final_stop(messages) is not None
+    assert_valid_history(messages)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected_runs"),
+    [({"ignore_tools": ["read_file"]}, 8), ({"ignore_errors": True}, 8)],
+)
+def test_ignore_options_through_the_graph(options: dict[str, Any], expected_runs: int) -> None:
+    """Ignored tools and ignored error results never count."""
+    graph, runs, (_, events) = graph_for(sequence(*[[READ_NOTES]] * 8), **options)
+    run(graph, ask(), THREAD, "invoke")
+    assert runs.counts["read_file"] == expected_runs
+    assert events == []
+
+
+def test_use_terminate_through_the_graph() -> None:
+    """With use_terminate the first fully blocked response ends the request."""
+    graph, runs, (model, events) = graph_for(stubborn(READ_NOTES), use_terminate=True)
+    messages = run(graph, ask(), THREAD, "invoke")
+    assert runs.counts["read_file"] == 4
+    assert model.calls == 5
+    assert [e.kind for e in events] == ["warn", "block", "terminate"]
+    assert final_stop(messages) is not None
+    assert_valid_history(messages)
+
+
+def test_without_a_checkpointer_each_run_is_its_own_conversation() -> None:
+    """No thread: the request is keyed by its user message; two runs never mix."""
+    guard = LoopGuard()
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
+    graph = build_graph(model, make_tools(runs), guard)
+    for n in (1, 2):
+        messages = graph.invoke(ask())["messages"]
+        assert runs.counts["read_file"] == 4 * n
+        assert final_stop(messages) is not None
+
+
+def test_steer_in_the_tool_result_when_the_wrapper_delivers_it() -> None:
+    """deliver_steer=True: the steer is appended to the 3rd result, and not repeated."""
+    guard = LoopGuard()
+    model = ScriptedChatModel(script=obedient(READ_NOTES))
+    graph = build_graph(model, make_tools(ToolRuns()), guard, deliver_steer=True)
+    messages = graph.invoke(ask())["messages"]
+    tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
+    assert steers(messages) == []
+    assert "LOOP GUARD: you have called `read_file` 3 times" in str(tool_messages[2].content)
+    assert tool_messages[2].response_metadata["loop_guard"] == "steer"
+    assert sum("LOOP GUARD" in str(m.content) for m in tool_messages) == 1
+    assert messages[-1].content == "Giving up on that; here is my answer."
+
+
+def test_many_conversations_on_one_guard_in_threads_and_event_loops() -> None:
+    """16 OS threads and 16 asyncio tasks share one guard and one graph: no cross-talk."""
+    guard = LoopGuard()
+
+    def script(messages: Any, index: int) -> AIMessage:
+        task = str(messages[0].content)
+        if task.startswith("loop"):
+            return tool_calls_message(READ_NOTES)
+        turn = sum(1 for m in messages if isinstance(m, AIMessage))
+        if turn < 6:
+            return tool_calls_message(
+                ("read_file", {"path": f"{task}.txt"}), ("list_dir", {"path": f"dir{turn}"})
+            )
+        return AIMessage(content=f"done {task}")
+
+    graph = build_graph(
+        ScriptedChatModel(script=script),
+        make_tools(ToolRuns()),
+        guard,
+        checkpointer=InMemorySaver(),
+    )
+    results: dict[str, Any] = {}
+
+    def worker(name: str) -> None:
+        results[name] = graph.invoke(ask(name), {"configurable": {"thread_id": name}})["messages"]
+
+    async def tasks() -> None:
+        names = [f"loop-a{n}" if n % 2 else f"ok-a{n}" for n in range(16)]
+        outs = await asyncio.gather(
+            *(graph.ainvoke(ask(n), {"configurable": {"thread_id": n}}) for n in names)
+        )
+        results.update({n: o["messages"] for n, o in zip(names, outs, strict=True)})
+
+    names = [f"loop-t{n}" if n % 2 else f"ok-t{n}" for n in range(16)]
+    threads = [threading.Thread(target=worker, args=(name,)) for name in names]
+    for thread in threads:
+        thread.start()
+    asyncio.run(tasks())
+    for thread in threads:
+        thread.join()
+    assert len(results) == 32
+    for name, messages in results.items():
+        assert_valid_history(messages)
+        if name.startswith("loop"):
+            assert len(steers(messages)) == 1, name
+            assert len(blocked(messages)) == 3, name
+            assert final_stop(messages) is not None, name
+        else:
+            assert steers(messages) == [], name
+            assert blocked(messages) == [], name
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_create_agent_with_wrapped_tools_and_the_handler(mode: Mode) -> None:
+    """Blocks reach the model as error results; the abort stops the next model call."""
+    events: list[GuardEvent] = []
+    guard = LoopGuard(on_event=events.append)
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
+    agent = create_agent(model, guard_tools(make_tools(runs), guard), checkpointer=InMemorySaver())
+    config = {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]}
+    with pytest.raises(LoopGuardAbort) as raised:
+        run(agent, ask(), config, mode)
+    assert raised.value.stop.kind == "abort"
+    assert runs.counts["read_file"] == 4
+    assert model.calls == 7  # the 8th model call was refused, not made
+    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    messages = agent.get_state(THREAD).values["messages"]
+    assert len(blocked(messages)) == 3
+    assert "LOOP GUARD: you have called" in str(messages[6].content)  # steer on the 3rd result
+
+
+def test_wrapped_tools_alone_stop_at_the_next_call_after_the_abort() -> None:
+    """Without handler or node the request still cannot run on: LoopGuardAbort is raised."""
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
+    agent = create_agent(
+        model, guard_tools(make_tools(runs), LoopGuard()), checkpointer=InMemorySaver()
+    )
+    with pytest.raises(LoopGuardAbort):
+        agent.invoke(ask(), THREAD)
+    assert runs.counts["read_file"] == 4
+    assert model.calls == 8
+
+
+def test_handler_alone_observes_and_emits_events() -> None:
+    """The handler by itself counts steps (warn events) but blocks nothing."""
+    events: list[GuardEvent] = []
+    guard = LoopGuard(on_event=events.append)
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=sequence(*[[READ_NOTES]] * 4))
+    agent = create_agent(model, make_tools(runs), checkpointer=InMemorySaver())
+    agent.invoke(ask(), {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]})
+    assert runs.counts["read_file"] == 4
+    assert [(e.kind, e.streak, e.conversation) for e in events] == [("warn", 3, "t1")]
+
+
+def test_handler_wrapper_and_node_together_count_each_step_once() -> None:
+    """All three pieces combined: every event exactly once."""
+    events: list[GuardEvent] = []
+    guard = LoopGuard(on_event=events.append)
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
+    graph = build_graph(model, make_tools(runs), guard, checkpointer=InMemorySaver())
+    config = {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]}
+    for mode in ("invoke", "astream"):
+        events.clear()
+        messages = run(graph, ask(), config, mode)  # type: ignore[arg-type]
+        assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+        assert final_stop(messages) is not None
+    assert runs.counts["read_file"] == 8
+
+
+def test_handler_without_a_thread_keys_the_run() -> None:
+    """Outside a thread the handler's conversation is the top-level run, freed at its end."""
+    events: list[GuardEvent] = []
+    guard = LoopGuard(on_event=events.append)
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
+    graph = build_graph(model, make_tools(ToolRuns()), guard)
+    graph.invoke(ask(), {"callbacks": [LoopGuardCallbackHandler(guard)]})
+    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert {e.conversation for e in events} == {events[0].conversation}
+    assert events[0].conversation.startswith("run:")
+    assert guard._states == {}  # the finished run's state was released
+
+
+def test_guard_messages_never_start_a_request() -> None:
+    """The steer is a HumanMessage, yet the streak goes on across it."""
+    graph, runs, _ = graph_for(stubborn(READ_NOTES))
+    messages = run(graph, ask(), THREAD, "invoke")
+    assert isinstance(steers(messages)[0], HumanMessage)
+    assert runs.counts["read_file"] == 4  # not 4 + 4: the steer did not reset anything
+
+
+def test_a_failing_tool_counts_as_an_error_result() -> None:
+    """A tool that raises (caught by the ToolNode's error handling) is an ordinary error step."""
+
+    @tool
+    def flaky() -> str:
+        """Always fails."""
+        raise ValueError("disk on fire")
+
+    model = ScriptedChatModel(script=stubborn(("flaky", {})))
+    graph = build_graph(model, [flaky], LoopGuard(), handle_tool_errors=True)
+    messages = graph.invoke(ask())["messages"]
+    assert final_stop(messages) is not None
+    assert len(blocked(messages)) == 3
+    assert "disk on fire" in str(messages[2].content)
+    assert_valid_history(messages)
+
+
+WORKER = Path(__file__).with_name("resume_worker.py")
+
+
+def _worker(database: Path, face: str, steps: int) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, str(WORKER), str(database), "t", str(steps), face],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("steps", [2, 4, 5])
+def test_graph_resumes_from_sqlite_in_a_new_process(tmp_path: Path, steps: int) -> None:
+    """A thread continued by a second process decides exactly like one uninterrupted run."""
+    whole = _worker(tmp_path / "one.sqlite", "graph", 100)
+    first = _worker(tmp_path / "two.sqlite", "graph", steps)
+    second = _worker(tmp_path / "two.sqlite", "graph", 100)
+    assert len(first) < len(second)
+    assert second == whole
+    assert sum(line.startswith("human[loop_guard]") for line in whole) == 1
+    assert whole[-1].startswith("ai[loop_guard]:Stopped by loop_guard")
