@@ -105,8 +105,8 @@ class RequestState:
         )
 
 
-Transition = tuple[RequestState, tuple[Steer | Stop, ...]]
-"""A new state and the decisions reached on the way to it, in order."""
+Transition = tuple[RequestState, tuple[Block | Steer | Stop, ...]]
+"""A new state and the decisions reached on the way to it, in order (the events)."""
 
 
 @final
@@ -152,13 +152,15 @@ class Engine:
 
     def check_call(
         self, state: RequestState, call: Call
-    ) -> tuple[RequestState, Proceed | Block | Stop, tuple[Steer | Stop, ...]]:
+    ) -> tuple[RequestState, Proceed | Block | Stop, tuple[Block | Steer | Stop, ...]]:
         """Decide, before it runs, whether `call` may run (SPEC §3.2).
 
         Returns the new state, the verdict for this call, and the decisions reached on
-        the way (a steer from settling the previous batch, the stop this call caused).
-        A verdict of `Stop` means the request had already ended before this call's
-        batch: nothing may run and the adapter must end the run.
+        the way: a steer from settling the previous batch, this call's block, the stop
+        it caused. A verdict of `Stop` means the request had already ended before this
+        call's batch: nothing may run and the adapter must end the run. A sibling of
+        the call that stopped the request gets a `Block` saying it was not run; it is
+        not counted as a block.
         """
         config = self.config
         if not config.enabled or call.id in state.settled_ids:
@@ -179,11 +181,11 @@ class Engine:
         block = self._block(state, call, _messages.block_text(call.tool, state.streak))
         if state.blocks >= config.abort_threshold:
             state = _stopped(state, "abort", call.tool)
-            return state, block, (*decisions, self._stop(state, call))
+            return state, block, (*decisions, block, self._stop(state, call))
         if _complete(state):
             state, settled = self._settle(state)
-            decisions = (*decisions, *settled)
-        return state, block, decisions
+            return state, block, (*decisions, block, *settled)
+        return state, block, (*decisions, block)
 
     def record_result(self, state: RequestState, call: Call, result: Result) -> Transition:
         """Record what a call returned; settles the batch once every call is answered.
@@ -231,7 +233,7 @@ class Engine:
         starts a new one (a serial call) after settling the previous batch."""
         if _find(state, call.id) is not None:
             return state, ()
-        decisions: tuple[Steer | Stop, ...] = ()
+        decisions: tuple[Block | Steer | Stop, ...] = ()
         if state.batch_explicit or _complete(state):
             state, decisions = self._settle(state)
         return dataclasses.replace(state, batch=(*state.batch, _Entry(call=call))), decisions

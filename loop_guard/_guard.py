@@ -178,8 +178,6 @@ class LoopGuard:
         with self._lock:
             state, verdict, decisions = self.engine.check_call(self._state(conversation), call)
             self._store(conversation, state)
-        if isinstance(verdict, Block):
-            self.emit(conversation, (verdict,))
         self.emit(conversation, decisions)
         return verdict
 

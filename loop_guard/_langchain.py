@@ -134,6 +134,17 @@ def replay(engine: Engine, request_id: str | None, messages: Sequence[BaseMessag
     return state
 
 
+def block_message(tool_call_id: str, tool: str, text: str) -> ToolMessage:
+    """The error tool result the guard writes for a call it did not let run."""
+    return ToolMessage(
+        content=text,
+        tool_call_id=tool_call_id,
+        name=tool,
+        status="error",
+        response_metadata={"loop_guard": BLOCK_MARK},
+    )
+
+
 def messages_of(state: Any) -> Sequence[BaseMessage]:
     """The messages of a graph state: a `MessagesState`-like mapping, object or list."""
     if isinstance(state, Mapping):

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END
 from langgraph.types import Command
 
 from loop_guard import _messages
 from loop_guard._guard import LoopGuard
-from loop_guard._langchain import BLOCK_MARK, call_of, last_batch, messages_of, result_of
+from loop_guard._langchain import (
+    BLOCK_MARK,
+    block_message,
+    call_of,
+    is_marked,
+    last_batch,
+    messages_of,
+    result_of,
+)
+from loop_guard._values import Block
 from loop_guard.callbacks import announce, conversation_for
 
 
@@ -66,32 +75,37 @@ class LoopGuardNode:
             return Command(goto=self.next_node)
         announce(self.guard, conversation, messages)
         ai_message, answers = last_batch(messages)
+        corrections: list[AnyMessage] = []
         if ai_message is not None and ai_message.tool_calls:
             calls = {c.id: c for c in map(call_of, ai_message.tool_calls)}
             self.guard.open_batch(conversation, list(calls.values()))
             for answer in answers:
                 call = calls.get(answer.tool_call_id)
-                if call is not None:  # blocked calls are known to the engine: not counted
+                if call is None or is_marked(answer, BLOCK_MARK):
+                    continue  # a wrapper blocked it: the engine already knows
+                # Checked again (idempotent for calls a wrapper let through). A call no
+                # wrapper saw - an unknown tool, an unwrapped tool - is judged here,
+                # after the fact: its result is replaced by the block message.
+                verdict = self.guard.check_call(conversation, call)
+                if isinstance(verdict, Block):  # same id: the reducer replaces the answer
+                    block = block_message(answer.tool_call_id, call.tool, verdict.message)
+                    corrections.append(block.model_copy(update={"id": answer.id}))
+                else:
                     self.guard.record_result(conversation, call, result_of(answer))
             self.guard.settle(conversation)
         stop = self.guard.stop_of(conversation)
         if stop is not None:
             answered = {answer.tool_call_id for answer in answers}
             pending = [
-                ToolMessage(
-                    content=_messages.not_run_text(),
-                    tool_call_id=tool_call["id"] or "",
-                    name=tool_call["name"],
-                    status="error",
-                    response_metadata={"loop_guard": BLOCK_MARK},
-                )
+                block_message(tool_call["id"] or "", tool_call["name"], _messages.not_run_text())
                 for tool_call in (ai_message.tool_calls if ai_message is not None else ())
                 if tool_call["id"] not in answered
             ]
             final = AIMessage(content=stop.message, name=_messages.GUARD_NAME)
-            return Command(goto=END, update={"messages": [*pending, final]})
+            return Command(goto=END, update={"messages": [*corrections, *pending, final]})
         steer = self.guard.take_steer(conversation)
-        if steer is None:
+        if steer is not None:
+            corrections.append(HumanMessage(content=steer.message, name=_messages.GUARD_NAME))
+        if not corrections:
             return Command(goto=self.next_node)
-        message = HumanMessage(content=steer.message, name=_messages.GUARD_NAME)
-        return Command(goto=self.next_node, update={"messages": [message]})
+        return Command(goto=self.next_node, update={"messages": corrections})

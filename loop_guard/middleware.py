@@ -22,7 +22,7 @@ from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import RequestState
 from loop_guard._guard import GuardEvent, LoopGuard
-from loop_guard._langchain import BLOCK_MARK, call_of, result_of
+from loop_guard._langchain import block_message, call_of, result_of
 from loop_guard._values import Block, LoopGuardAbort, Stop
 
 if TYPE_CHECKING:
@@ -145,10 +145,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         answers: list[AnyMessage] = []
         for call in calls:
             snapshot, verdict, decisions = engine.check_call(snapshot, call)
-            if isinstance(verdict, Block):
-                self.guard.emit(conversation, (verdict,))
-                answers.append(_tool_message(call.id, call.tool, verdict.message))
             self.guard.emit(conversation, decisions)
+            if isinstance(verdict, Block):
+                answers.append(block_message(call.id, call.tool, verdict.message))
         update: dict[str, Any] = {"loop_guard": snapshot.to_dict(), "messages": answers}
         stop = engine.stop_of(snapshot)
         if stop is None:
@@ -157,7 +156,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             raise LoopGuardAbort(stop)
         answered = {answer.tool_call_id for answer in answers if isinstance(answer, ToolMessage)}
         answers.extend(
-            _tool_message(tool_call["id"] or "", tool_call["name"], _messages.not_run_text())
+            block_message(tool_call["id"] or "", tool_call["name"], _messages.not_run_text())
             for tool_call in message.tool_calls
             if tool_call["id"] not in answered
         )
@@ -238,16 +237,6 @@ def _answers_to_last_batch(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
         if isinstance(message, ToolMessage):
             answers.append(message)
     return answers
-
-
-def _tool_message(tool_call_id: str, tool: str, text: str) -> ToolMessage:
-    return ToolMessage(
-        content=text,
-        tool_call_id=tool_call_id,
-        name=tool,
-        status="error",
-        response_metadata={"loop_guard": BLOCK_MARK},
-    )
 
 
 def _final_message(stop: Stop) -> AIMessage:

@@ -304,10 +304,14 @@ def test_calls_after_an_abort_in_the_same_batch_are_answered_not_run() -> None:
     d = Driver(abort_threshold=1)
     for _ in range(4):
         d.serial("read", {"path": "a"}, "same")
-    verdicts = d.batch([("read", {"path": "a"}, "same"), ("ls", {}, "x")])
-    assert verdicts == ["Block", "Block"]
-    assert d.kinds() == ["warn", "block", "abort", "block"]
-    assert "not run" in d.events[-1].message
+    calls = [Call.of("read", {"path": "a"}, id="r"), Call.of("ls", {}, id="l")]
+    d.guard.open_batch(THREAD, calls)
+    verdicts = [d.guard.check_call(THREAD, call) for call in calls]
+    assert [type(v).__name__ for v in verdicts] == ["Block", "Block"]
+    assert isinstance(verdicts[1], Block)
+    assert "not run" in verdicts[1].message
+    assert verdicts[1].blocks == 1  # not counted as a block
+    assert d.kinds() == ["warn", "block", "abort"]
 
 
 def test_disabled_guard_never_intervenes() -> None:

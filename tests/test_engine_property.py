@@ -35,9 +35,8 @@ class Reference:
         if self.stopped:
             return ["Stop"] * len(batch)
         for tool, args, _, _ in batch:
-            if self.stopped:
+            if self.stopped:  # answered as not run; not counted, no event
                 verdicts.append("Block")
-                self.events.append("block")
                 continue
             repeat = self.last is not None and self.last[:2] == (tool, args)
             if tool not in self.ignore_tools and repeat and self.streak >= self.block - 1:

@@ -108,7 +108,7 @@ def test_identical_siblings_are_blocked_together() -> None:
     messages = run(graph, ask(), THREAD, "ainvoke")
     assert runs.counts["read_file"] == 8
     assert model.calls == 6
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort", "block"]
+    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
     assert final_stop(messages) is not None
     assert_valid_history(messages)
 
