@@ -211,7 +211,10 @@ class LoopGuard:
         """Log each decision and pass it to `on_event` as a `GuardEvent`."""
         for decision in decisions:
             event = _event(conversation, decision)
-            logger.warning(
+            # Steers and blocks are routine (INFO); a stopped request deserves a WARNING.
+            level = logging.INFO if event.kind in ("warn", "block") else logging.WARNING
+            logger.log(
+                level,
                 "loop guard %s: tool=%s streak=%d blocks=%d conversation=%s",
                 event.kind,
                 event.tool,

@@ -23,8 +23,8 @@ def main(database: str, thread: str, steps: int, face: str) -> None:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from loop_guard import LoopGuard, LoopGuardMiddleware
+    from loop_guard.testing import ScriptedChatModel, stubborn
     from tests.agents import ToolRuns, ask, build_graph, make_tools, timeline
-    from tests.scripted import ScriptedChatModel, stubborn
 
     checkpointer = SqliteSaver(sqlite3.connect(database, check_same_thread=False))
     model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))

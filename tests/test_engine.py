@@ -372,7 +372,7 @@ def test_a_failing_on_event_callback_never_reaches_the_agent(
 
 def test_every_event_is_logged_on_the_loop_guard_logger(caplog: pytest.LogCaptureFixture) -> None:
     """Warn, block and abort each produce a record carrying the event."""
-    caplog.set_level("WARNING", logger="loop_guard")
+    caplog.set_level("INFO", logger="loop_guard")
     d = Driver()
     for _ in range(7):
         d.serial("read", {"path": "a"}, "same")

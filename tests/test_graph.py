@@ -17,6 +17,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from loop_guard import GuardEvent, LoopGuard, LoopGuardAbort, LoopGuardCallbackHandler, guard_tools
+from loop_guard.testing import ScriptedChatModel, obedient, sequence, stubborn, tool_calls_message
 
 from .agents import (
     MODES,
@@ -32,7 +33,6 @@ from .agents import (
     run,
     steers,
 )
-from .scripted import ScriptedChatModel, obedient, sequence, stubborn, tool_calls_message
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
 THREAD = {"configurable": {"thread_id": "t1"}}

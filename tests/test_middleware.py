@@ -22,6 +22,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from loop_guard import GuardEvent, LoopGuardAbort, LoopGuardConfig, LoopGuardMiddleware
+from loop_guard.testing import ScriptedChatModel, obedient, sequence, stubborn, tool_calls_message
 
 from .agents import (
     MODES,
@@ -36,7 +37,6 @@ from .agents import (
     run,
     steers,
 )
-from .scripted import ScriptedChatModel, obedient, sequence, stubborn, tool_calls_message
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
 

@@ -12,9 +12,9 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from loop_guard import GuardEvent, LoopGuard, LoopGuardMiddleware
+from loop_guard.testing import Script, ScriptedChatModel, obedient, sequence, stubborn
 
 from .agents import ToolRuns, ask, assert_valid_history, build_graph, make_tools, timeline
-from .scripted import Script, ScriptedChatModel, obedient, sequence, stubborn
 
 READ = ("read_file", {"path": "notes.md"})
 

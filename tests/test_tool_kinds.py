@@ -20,9 +20,9 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from loop_guard import LoopGuard, LoopGuardAbort, guard_tools
+from loop_guard.testing import ScriptedChatModel
 
 from .agents import ToolRuns
-from .scripted import ScriptedChatModel
 
 BLOCKED = "LOOP GUARD: this call was blocked"
 MODES = ("invoke", "ainvoke")

@@ -1,7 +1,16 @@
-"""A scripted chat model: the only fake in the test suite (the framework is real).
+"""Scripted chat models, for testing agents guarded by loop_guard without an LLM.
 
-Each script is a function `(messages, call_index) -> AIMessage`; it returns a new
-message with fresh tool call ids on every call, as a real model would.
+A script is a function `(messages, call_index) -> AIMessage`. It must return a new
+message with fresh tool call ids on every call, as a real model does: `create_agent`
+tells calls apart by their ids. `stubborn`, `obedient` and `sequence` build the usual
+ones.
+
+Example:
+    >>> from langchain_core.messages import HumanMessage
+    >>> model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
+    >>> reply = model.invoke([HumanMessage("Summarise notes.md")])
+    >>> reply.tool_calls[0]["name"], reply.tool_calls[0]["args"], model.calls
+    ('read_file', {'path': 'notes.md'}, 1)
 """
 
 from __future__ import annotations
@@ -16,15 +25,22 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, PrivateAttr
+from typing_extensions import override
 
-from loop_guard import GUARD_NAME
+from loop_guard._messages import GUARD_NAME
 
 Script = Callable[[Sequence[BaseMessage], int], AIMessage]
+"""`(messages, call_index) -> AIMessage`: what the scripted model answers."""
+
 ToolCallSpec = tuple[str, dict[str, Any]]
+"""`(tool_name, args)`: one tool call a script makes."""
 
 
 class ScriptedChatModel(BaseChatModel):
-    """A chat model that follows a script and supports `bind_tools`."""
+    """A chat model that answers by a script and supports `bind_tools`.
+
+    Thread-safe; `calls` counts the model calls made so far.
+    """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -34,8 +50,10 @@ class ScriptedChatModel(BaseChatModel):
 
     @property
     def calls(self) -> int:
+        """How many times the model was called."""
         return self._calls
 
+    @override
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -49,10 +67,13 @@ class ScriptedChatModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=self.script(messages, index))])
 
     @property
+    @override
     def _llm_type(self) -> str:
         return "scripted"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
+    @override
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
+        """Accept any tools: the script decides what gets called."""
         return self
 
 
@@ -73,7 +94,7 @@ def tool_calls_message(*calls: ToolCallSpec) -> AIMessage:
 
 
 def steered(messages: Sequence[BaseMessage]) -> bool:
-    """Whether the guard has spoken to the model in the current request."""
+    """Whether the guard has spoken to the model since the last user message."""
     for message in reversed(messages):
         if isinstance(message, HumanMessage):
             return message.name == GUARD_NAME
@@ -83,12 +104,12 @@ def steered(messages: Sequence[BaseMessage]) -> bool:
 
 
 def stubborn(*calls: ToolCallSpec) -> Script:
-    """A model that repeats the same call(s) forever, whatever it is told."""
+    """A model that makes the same call(s) forever, whatever it is told."""
     return lambda messages, index: tool_calls_message(*calls)
 
 
 def obedient(*calls: ToolCallSpec, answer: str = "Giving up on that; here is my answer.") -> Script:
-    """A model that repeats until the guard steers it, then answers."""
+    """A model that repeats the call(s) until the guard steers it, then answers."""
 
     def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
         if steered(messages):
@@ -99,7 +120,7 @@ def obedient(*calls: ToolCallSpec, answer: str = "Giving up on that; here is my 
 
 
 def sequence(*turns: Sequence[ToolCallSpec], answer: str = "done") -> Script:
-    """A model that makes the given turns in order (per request), then answers."""
+    """A model that makes the given turns in order (in each request), then answers."""
 
     def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
         turn = sum(1 for m in _current_request(messages) if isinstance(m, AIMessage))

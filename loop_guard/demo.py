@@ -1,0 +1,231 @@
+"""`loop-guard demo`: watch the guard stop a stubborn agent, offline, in a few seconds.
+
+A scripted model (no API key) keeps reading a file that does not exist. The same agent
+runs without the guard (until LangGraph's recursion limit), with `LoopGuardMiddleware`,
+and as a hand-built graph with `guard_tools` and `LoopGuardNode`; a healthy agent shows
+that legitimate work is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, ToolException, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import GraphRecursionError
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from loop_guard._guard import LoopGuard
+from loop_guard._langchain import BLOCK_MARK, STEER_MARK, is_marked
+from loop_guard._messages import GUARD_NAME
+from loop_guard.graph import LoopGuardNode
+from loop_guard.testing import ScriptedChatModel, sequence, stubborn
+from loop_guard.tools import guard_tools
+
+TASK = "Summarise notes.md for me."
+UNGUARDED_LIMIT = 200
+"""Recursion limit for the unguarded run; `create_agent` itself allows 9,999 steps."""
+
+
+@dataclass
+class Outcome:
+    """What one run cost."""
+
+    messages: list[BaseMessage]
+    model_calls: int
+    tool_runs: int
+    ended_by: str
+
+
+class Palette:
+    """ANSI colours on a terminal, plain text when piped or with NO_COLOR set."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.enabled = stream.isatty() and "NO_COLOR" not in os.environ
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.enabled else text
+
+
+def demo_tools(runs: Counter[str]) -> list[BaseTool]:
+    """A file reader (notes.md is missing), a directory listing and a job that progresses."""
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a text file."""
+        runs["read_file"] += 1
+        if path == "notes.md":
+            raise ToolException(f"File not found: {path}")
+        return f"# {path}\nloop_guard stops agents that repeat themselves."
+
+    read_file.handle_tool_error = True
+
+    @tool
+    def list_dir(path: str) -> str:
+        """List a directory."""
+        runs["list_dir"] += 1
+        return "README.md  NOTES.md  src/"
+
+    @tool
+    def job_status(job: str) -> str:
+        """Check a build job."""
+        runs["job_status"] += 1
+        return f"job {job}: {min(100, runs['job_status'] * 40)}% done"
+
+    return [read_file, list_dir, job_status]
+
+
+STUBBORN = stubborn(("read_file", {"path": "notes.md"}))
+HEALTHY = sequence(
+    [("list_dir", {"path": "."})],
+    [("read_file", {"path": "NOTES.md"})],
+    [("job_status", {"job": "docs"})],
+    [("job_status", {"job": "docs"})],
+    [("job_status", {"job": "docs"})],
+    answer="NOTES.md says loop_guard stops agents that repeat themselves; the docs job is done.",
+)
+
+
+def run_agent(model: BaseChatModel, middleware: Sequence[Any], limit: int = 10_000) -> Outcome:
+    """`create_agent` with the demo tools; counts model calls and tool runs."""
+    from langchain.agents import create_agent
+
+    runs: Counter[str] = Counter()
+    agent = create_agent(
+        model, demo_tools(runs), middleware=list(middleware), checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "demo"}, "recursion_limit": limit}
+    ended_by = "the model's answer"
+    try:
+        agent.invoke({"messages": [HumanMessage(TASK)]}, config)
+    except GraphRecursionError:
+        ended_by = f"LangGraph's recursion limit ({limit} steps)"
+    messages = list(agent.get_state(config).values["messages"])
+    if _guard_stopped(messages):
+        ended_by = "loop_guard"
+    return Outcome(messages, _model_calls(model, messages), sum(runs.values()), ended_by)
+
+
+def run_graph(model: BaseChatModel) -> Outcome:
+    """The hand-built graph: model -> guarded ToolNode -> LoopGuardNode."""
+    runs: Counter[str] = Counter()
+    guard = LoopGuard()
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+    tools = guard_tools(demo_tools(runs), guard, deliver_steer=False)
+    builder.add_node("tools", ToolNode(tools))
+    builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", tools_condition)
+    builder.add_edge("tools", "loop_guard")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "demo"}}
+    messages = list(graph.invoke({"messages": [HumanMessage(TASK)]}, config)["messages"])
+    ended_by = "loop_guard" if _guard_stopped(messages) else "the model's answer"
+    return Outcome(messages, _model_calls(model, messages), sum(runs.values()), ended_by)
+
+
+def _guard_stopped(messages: Sequence[BaseMessage]) -> bool:
+    last = messages[-1] if messages else None
+    return isinstance(last, AIMessage) and last.name == GUARD_NAME
+
+
+def _model_calls(model: BaseChatModel, messages: Sequence[BaseMessage]) -> int:
+    if isinstance(model, ScriptedChatModel):
+        return model.calls
+    return sum(isinstance(m, AIMessage) and m.name != GUARD_NAME for m in messages)
+
+
+def print_timeline(outcome: Outcome, paint: Palette, out: TextIO, *, limit: int = 40) -> None:
+    """Each model turn, each tool result, and where the guard stepped in."""
+    turn = 0
+    lines: list[str] = []
+    for message in outcome.messages:
+        if isinstance(message, AIMessage) and message.name == GUARD_NAME:
+            lines.append(f"        {paint('guard  ■ stopped', '1;31')}  {message.content}")
+        elif isinstance(message, AIMessage):
+            turn += 1
+            calls = ", ".join(
+                f"{c['name']}({', '.join(f'{k}={v!r}' for k, v in c['args'].items())})"
+                for c in message.tool_calls
+            )
+            said = f"→ {calls}" if calls else paint(f"✓ {message.content}", "32")
+            lines.append(f"turn {turn:>2}  model  {said}")
+        elif isinstance(message, ToolMessage) and is_marked(message, BLOCK_MARK):
+            lines.append(f"        {paint('guard  ⛔ blocked', '31')}  the call was not run")
+        elif isinstance(message, ToolMessage):
+            text = str(message.content).split("\n\n")[0].replace("\n", " ")
+            mark = "✗" if message.status == "error" else "·"
+            lines.append(f"        tool   {paint(f'{mark} {text}', '2')}")
+            if is_marked(message, STEER_MARK):
+                lines.append(f"        {paint('guard  ⚠ steer', '33')}    appended to this result")
+        elif isinstance(message, HumanMessage) and message.name == GUARD_NAME:
+            lines.append(f"        {paint('guard  ⚠ steer', '33')}    {message.content[:78]}…")
+    if len(lines) > limit:
+        hidden = len(lines) - limit + 6
+        lines = [*lines[: limit - 6], f"        … {hidden} more lines of the same …", *lines[-5:]]
+    for line in lines:
+        print(line, file=out)
+    print(
+        f"        {outcome.model_calls} model calls, {outcome.tool_runs} tool runs, "
+        f"ended by {outcome.ended_by}",
+        file=out,
+    )
+
+
+def run_demo(out: TextIO = sys.stdout, model: BaseChatModel | None = None) -> int:
+    """Run the whole demo; returns the process exit status."""
+    from loop_guard.middleware import LoopGuardMiddleware
+
+    logging.getLogger("loop_guard").addHandler(logging.NullHandler())  # the timeline says it all
+    paint = Palette(out)
+
+    def heading(text: str) -> None:
+        print(f"\n{paint(text, '1;36')}", file=out)
+
+    if model is not None:
+        heading(f"Your model, guarded by LoopGuardMiddleware — task: {TASK!r}")
+        print_timeline(run_agent(model, [LoopGuardMiddleware()]), paint, out)
+        return 0
+
+    heading("1. A stubborn agent WITHOUT loop_guard (create_agent, scripted model)")
+    unguarded = run_agent(ScriptedChatModel(script=STUBBORN), [], limit=UNGUARDED_LIMIT)
+    print_timeline(unguarded, paint, out, limit=12)
+
+    heading("2. The same agent with LoopGuardMiddleware — one line: middleware=[...]")
+    guarded = run_agent(ScriptedChatModel(script=STUBBORN), [LoopGuardMiddleware()])
+    print_timeline(guarded, paint, out)
+
+    heading("3. The same agent as a hand-built graph: guard_tools + LoopGuardNode")
+    graph = run_graph(ScriptedChatModel(script=STUBBORN))
+    print_timeline(graph, paint, out)
+
+    heading("4. A healthy agent with LoopGuardMiddleware: polling that progresses is untouched")
+    healthy = run_agent(ScriptedChatModel(script=HEALTHY), [LoopGuardMiddleware()])
+    print_timeline(healthy, paint, out)
+
+    heading("Totals")
+    saved_calls = unguarded.model_calls - guarded.model_calls
+    saved_runs = unguarded.tool_runs - guarded.tool_runs
+    print(
+        f"Without the guard the stubborn agent made {unguarded.model_calls} model calls and "
+        f"{unguarded.tool_runs} tool runs before {unguarded.ended_by} stopped it\n"
+        f"(create_agent's own limit is 9,999 steps: about 5,000 model calls).\n"
+        f"With loop_guard: {guarded.model_calls} model calls and {guarded.tool_runs} tool runs. "
+        + paint(f"Saved {saved_calls} model calls and {saved_runs} tool runs.", "1;32")
+        + f"\nThe healthy agent: {healthy.model_calls} model calls, nothing steered or blocked.",
+        file=out,
+    )
+    interventions = sum(
+        isinstance(m, ToolMessage) and is_marked(m, BLOCK_MARK) for m in healthy.messages
+    ) + sum(isinstance(m, HumanMessage) and m.name == GUARD_NAME for m in healthy.messages)
+    return 0 if interventions == 0 and guarded.ended_by == "loop_guard" else 1

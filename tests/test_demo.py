@@ -1,0 +1,58 @@
+"""The demo and the command line: what a newcomer runs first."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+from loop_guard.cli import main
+from loop_guard.demo import run_demo
+
+
+def test_demo_shows_the_guard_stopping_the_stubborn_agent() -> None:
+    """The demo runs offline, exits 0, and reports the calls it saved."""
+    out = io.StringIO()
+    assert run_demo(out) == 0
+    text = out.getvalue()
+    assert "100 model calls, 100 tool runs, ended by LangGraph's recursion limit" in text
+    assert text.count("7 model calls, 4 tool runs, ended by loop_guard") == 2
+    assert "Saved 93 model calls and 96 tool runs." in text
+    assert text.count("⛔ blocked") == 6
+    assert text.count("⚠ steer") == 2
+    assert "\033[" not in text  # no colours when not on a terminal
+
+
+def test_demo_command_runs_as_a_module() -> None:
+    """`python -m loop_guard demo` works from a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-m", "loop_guard", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Saved 93 model calls" in done.stdout
+    assert done.stderr == ""
+
+
+def test_unknown_model_gives_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
+    """--model with a provider that is not installed: exit 2, a hint, no traceback."""
+    assert main(["demo", "--model", "no-such-provider:some-model"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot start the model 'no-such-provider:some-model'" in err
+    assert "Traceback" not in err
+
+
+def test_a_real_chat_model_runs_through_the_same_agent() -> None:
+    """Any BaseChatModel can stand in for the scripted one (here: a scripted one again)."""
+    from loop_guard.testing import ScriptedChatModel, obedient
+
+    out = io.StringIO()
+    model = ScriptedChatModel(script=obedient(("read_file", {"path": "notes.md"})))
+    assert run_demo(out, model=model) == 0
+    assert "⚠ steer" in out.getvalue()
+    assert "ended by the model's answer" in out.getvalue()
