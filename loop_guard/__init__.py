@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import Engine, RequestState
 from loop_guard._fingerprint import args_fingerprint, result_fingerprint
-from loop_guard._guard import GuardEvent, LoopGuard
+from loop_guard._guard import GuardEvent, GuardStats, LoopGuard
 from loop_guard._messages import GUARD_NAME
 from loop_guard._values import (
     Block,
@@ -45,6 +45,7 @@ __all__ = [
     "Decision",
     "Engine",
     "GuardEvent",
+    "GuardStats",
     "GuardedTool",
     "LoopGuard",
     "LoopGuardAbort",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, final
 
@@ -51,6 +51,47 @@ class GuardEvent:
     streak: int
     blocks: int
     message: str
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuardStats:
+    """Counters a guard keeps since it was created (see `LoopGuard.stats`).
+
+    Attributes:
+        calls: Tool calls the guard decided on.
+        warnings: Steer messages issued.
+        blocks: Calls refused.
+        aborts: Requests ended by the abort threshold.
+        terminations: Requests ended by `use_terminate`.
+        by_tool: The same five counters per tool name.
+
+    Example:
+        >>> guard = LoopGuard(warn_threshold=1, block_threshold=2)
+        >>> for _ in range(2):
+        ...     call = Call.of("ls", {})
+        ...     if isinstance(guard.check_call("t", call), Proceed):
+        ...         guard.record_result("t", call, Result.of("same"))
+        >>> stats = guard.stats
+        >>> stats.calls, stats.warnings, stats.blocks, stats.by_tool["ls"]["blocks"]
+        (2, 1, 1, 1)
+    """
+
+    calls: int = 0
+    warnings: int = 0
+    blocks: int = 0
+    aborts: int = 0
+    terminations: int = 0
+    by_tool: Mapping[str, Mapping[str, int]]
+
+
+_COUNTERS = ("calls", "warnings", "blocks", "aborts", "terminations")
+_COUNTER_OF_KIND = {
+    "warn": "warnings",
+    "block": "blocks",
+    "abort": "aborts",
+    "terminate": "terminations",
+}
 
 
 def _event(conversation: str, decision: Block | Steer | Stop) -> GuardEvent:
@@ -130,11 +171,36 @@ class LoopGuard:
         self.max_conversations = max_conversations
         self._states: OrderedDict[str, RequestState] = OrderedDict()
         self._lock = threading.Lock()
+        self._sinks: tuple[Callable[[GuardEvent], object], ...] = ()
+        self._counts: Counter[tuple[str, str]] = Counter()  # (tool, counter) -> n
 
     @property
     def config(self) -> LoopGuardConfig:
         """The settings in force."""
         return self.engine.config
+
+    @property
+    def stats(self) -> GuardStats:
+        """A snapshot of the counters: calls decided, warnings, blocks and stops."""
+        with self._lock:
+            counts = dict(self._counts)
+        by_tool: dict[str, dict[str, int]] = {}
+        totals: Counter[str] = Counter()
+        for (tool, counter), n in counts.items():
+            by_tool.setdefault(tool, dict.fromkeys(_COUNTERS, 0))[counter] = n
+            totals[counter] += n
+        return GuardStats(by_tool=by_tool, **{name: totals[name] for name in _COUNTERS})
+
+    def subscribe(self, sink: Callable[[GuardEvent], object]) -> None:
+        """Also send every event to `sink` (idempotent); adapters use it for tracing."""
+        with self._lock:
+            if sink not in self._sinks:
+                self._sinks = (*self._sinks, sink)
+
+    def count_calls(self, calls: Iterable[Call]) -> None:
+        """Count calls decided on outside `check_call` (the middleware's own state)."""
+        with self._lock:
+            self._counts.update((call.tool, "calls") for call in calls)
 
     def start_request(
         self,
@@ -178,6 +244,7 @@ class LoopGuard:
         with self._lock:
             state, verdict, decisions = self.engine.check_call(self._state(conversation), call)
             self._store(conversation, state)
+            self._counts[call.tool, "calls"] += 1
         self.emit(conversation, decisions)
         return verdict
 
@@ -208,9 +275,16 @@ class LoopGuard:
             return self.engine.stop_of(self._state(conversation))
 
     def emit(self, conversation: str, decisions: Iterable[Block | Steer | Stop]) -> None:
-        """Log each decision and pass it to `on_event` as a `GuardEvent`."""
+        """Count, log and publish each decision as a `GuardEvent`.
+
+        Published to `on_event` and to every subscribed sink; a failing receiver is
+        logged, never passed on to the agent.
+        """
         for decision in decisions:
             event = _event(conversation, decision)
+            with self._lock:
+                self._counts[event.tool, _COUNTER_OF_KIND[event.kind]] += 1
+                sinks = self._sinks
             # Steers and blocks are routine (INFO); a stopped request deserves a WARNING.
             level = logging.INFO if event.kind in ("warn", "block") else logging.WARNING
             logger.log(
@@ -223,11 +297,12 @@ class LoopGuard:
                 event.conversation,
                 extra={"loop_guard_event": event},
             )
-            if self.on_event is not None:
+            receivers = sinks if self.on_event is None else (self.on_event, *sinks)
+            for receiver in receivers:
                 try:
-                    self.on_event(event)
+                    receiver(event)
                 except Exception:
-                    logger.exception("loop guard on_event callback failed")
+                    logger.exception("loop guard event receiver %r failed", receiver)
 
     def _state(self, conversation: str) -> RequestState:
         return self._states.get(conversation) or RequestState()

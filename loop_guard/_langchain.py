@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langchain_core.callbacks.manager import dispatch_custom_event
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
 from loop_guard._engine import Engine, RequestState
+from loop_guard._guard import GuardEvent
 from loop_guard._messages import GUARD_NAME
 from loop_guard._values import Call, Proceed, Result
 
@@ -22,6 +24,27 @@ STEER_MARK = "steer"
 
 BLOCK_MARK = "blocked"
 """`response_metadata["loop_guard"]` of a tool result written by the guard instead of a run."""
+
+
+def dispatch_event(event: GuardEvent) -> None:
+    """Publish a guard event as the LangChain custom event `loop_guard`.
+
+    It then shows in `astream_events(version="v2")` and in tracing, under the run the
+    event happened in. Outside any run there is nowhere to publish it, so nothing is.
+    """
+    payload = {
+        "kind": event.kind,
+        "conversation": event.conversation,
+        "tool": event.tool,
+        "args": event.args,
+        "streak": event.streak,
+        "blocks": event.blocks,
+        "message": event.message,
+    }
+    try:
+        dispatch_custom_event(GUARD_NAME, payload)
+    except RuntimeError:
+        return  # not inside a run (the engine used on its own)
 
 
 def call_of(tool_call: ToolCall) -> Call:

@@ -18,6 +18,7 @@ from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     call_of,
     current_request,
+    dispatch_event,
     error_result,
     replay,
     result_of,
@@ -64,6 +65,7 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
             msg = f"guard must be a LoopGuard, got {type(given).__name__}"
             raise ValueError(msg)
         self.guard = guard
+        guard.subscribe(dispatch_event)
         self._parents: dict[UUID, UUID | None] = {}
         self._conversations: dict[UUID, str] = {}
         self._tools: dict[UUID, tuple[str, Call]] = {}

@@ -15,6 +15,7 @@ from loop_guard._langchain import (
     BLOCK_MARK,
     block_message,
     call_of,
+    dispatch_event,
     is_marked,
     last_batch,
     messages_of,
@@ -66,6 +67,7 @@ class LoopGuardNode:
             raise ValueError(msg)
         self.guard = guard
         self.next_node = next_node
+        guard.subscribe(dispatch_event)
 
     def __call__(self, state: Any, config: RunnableConfig) -> Command[Any]:
         """Record the last batch; continue with a steer if due, or end the request."""

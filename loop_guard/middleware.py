@@ -22,7 +22,7 @@ from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import RequestState
 from loop_guard._guard import GuardEvent, LoopGuard
-from loop_guard._langchain import block_message, call_of, result_of
+from loop_guard._langchain import block_message, call_of, dispatch_event, result_of
 from loop_guard._values import Block, LoopGuardAbort, Stop
 
 if TYPE_CHECKING:
@@ -119,6 +119,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             msg = f"Invalid exit_behavior: {exit_behavior!r}. Must be one of ('end', 'error')"
             raise ValueError(msg)
         self.guard = LoopGuard(config, on_event=on_event, **overrides)
+        self.guard.subscribe(dispatch_event)
         self.exit_behavior = exit_behavior
 
     @override
@@ -140,6 +141,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         engine, conversation = self.guard.engine, _conversation(state)
         snapshot = RequestState.from_dict(state.get("loop_guard"))
         calls = [call_of(tool_call) for tool_call in message.tool_calls]
+        self.guard.count_calls(calls)
         snapshot, decisions = engine.open_batch(snapshot, calls)
         self.guard.emit(conversation, decisions)
         answers: list[AnyMessage] = []

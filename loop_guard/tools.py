@@ -22,6 +22,7 @@ from loop_guard._langchain import (
     BLOCK_MARK,
     STEER_MARK,
     call_of,
+    dispatch_event,
     error_result,
     last_batch,
     messages_of,
@@ -230,6 +231,7 @@ def guard_tools(
         >>> guarded.name, guarded.tool_call_schema is read_file.tool_call_schema
         ('read_file', True)
     """
+    guard.subscribe(dispatch_event)
     wrapped: list[BaseTool] = []
     for tool in tools:
         if isinstance(tool, GuardedTool):
