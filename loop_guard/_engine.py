@@ -10,24 +10,28 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, final
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
-from loop_guard._values import Block, Call, Proceed, Result, Steer, Stop, StopKind
+from loop_guard._values import Block, Call, Decision, Proceed, Result, Steer, Stop, StopKind
 
-_BLOCKED = "blocked"
-_IGNORED = "ignored"
+# Outcomes of a batch entry besides a result fingerprint. No outcome yet: not checked.
+_ALLOWED = "allowed"  # checked and let through; no result yet
+_BLOCKED = "blocked"  # refused by a block (counted toward abort)
+_NOT_RUN = "not_run"  # refused because the request had stopped (not counted)
+_IGNORED = "ignored"  # a result the guard does not see (ignored tool or error)
+_UNANSWERED = (None, _ALLOWED)
 
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Entry:
-    """A call of the open batch; `outcome` is None until it is blocked or has a result."""
+    """A call of the open batch and what became of it so far."""
 
     call: Call
-    outcome: str | None = None  # None, _BLOCKED, _IGNORED or a result fingerprint
+    outcome: str | None = None  # None, one of the outcomes above, or a result fingerprint
 
 
 @final
@@ -58,12 +62,12 @@ class RequestState:
     stop_tool: str = ""
     batch: tuple[_Entry, ...] = ()
     batch_explicit: bool = False
-    settled_ids: frozenset[str] = field(default_factory=frozenset)
+    settled: tuple[_Entry, ...] = ()  # the last settled batch: late siblings ask it
 
     @property
     def awaiting(self) -> tuple[Call, ...]:
-        """Calls of the open batch that have neither a result nor a block yet."""
-        return tuple(entry.call for entry in self.batch if entry.outcome is None)
+        """Calls of the open batch still waiting for a result (and not refused)."""
+        return tuple(entry.call for entry in self.batch if entry.outcome in _UNANSWERED)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe snapshot (call args are not kept, only their fingerprints)."""
@@ -76,9 +80,9 @@ class RequestState:
             "steer_pending": self.steer_pending,
             "stopped": self.stopped,
             "stop_tool": self.stop_tool,
-            "batch": [[e.call.id, e.call.tool, e.call.fingerprint, e.outcome] for e in self.batch],
+            "batch": _entries_to_json(self.batch),
             "batch_explicit": self.batch_explicit,
-            "settled_ids": sorted(self.settled_ids),
+            "settled": _entries_to_json(self.settled),
         }
 
     @classmethod
@@ -96,17 +100,17 @@ class RequestState:
             steer_pending=bool(data.get("steer_pending", False)),
             stopped=data.get("stopped"),
             stop_tool=str(data.get("stop_tool", "")),
-            batch=tuple(
-                _Entry(call=Call(id=call_id, tool=tool, fingerprint=fp), outcome=outcome)
-                for call_id, tool, fp, outcome in data.get("batch", ())
-            ),
+            batch=_entries_from_json(data.get("batch", ())),
             batch_explicit=bool(data.get("batch_explicit", False)),
-            settled_ids=frozenset(data.get("settled_ids", ())),
+            settled=_entries_from_json(data.get("settled", ())),
         )
 
 
-Transition = tuple[RequestState, tuple[Block | Steer | Stop, ...]]
-"""A new state and the decisions reached on the way to it, in order (the events)."""
+Transition = tuple[RequestState, tuple[Decision, ...]]
+"""A new state and the decisions newly reached on the way to it, in order."""
+
+Verdict = tuple[RequestState, Proceed | Block | Stop, tuple[Decision, ...]]
+"""A new state, the verdict for one call, and the decisions newly reached."""
 
 
 @final
@@ -143,49 +147,78 @@ class Engine:
         """
         if not self.config.enabled or state.stopped is not None:
             return state, ()
-        fresh = [c for c in calls if c.id not in state.settled_ids and _find(state, c.id) is None]
+        fresh = [c for c in calls if _find(state, c.id) is None and _settled(state, c.id) is None]
         if not fresh:
             return state, ()
         state, decisions = self._settle(state)
         entries = tuple(_Entry(call=c) for c in fresh)
         return dataclasses.replace(state, batch=entries, batch_explicit=True), decisions
 
-    def check_call(
-        self, state: RequestState, call: Call
-    ) -> tuple[RequestState, Proceed | Block | Stop, tuple[Block | Steer | Stop, ...]]:
+    def check_call(self, state: RequestState, call: Call) -> Verdict:
         """Decide, before it runs, whether `call` may run (SPEC §3.2).
 
         Returns the new state, the verdict for this call, and the decisions reached on
-        the way: a steer from settling the previous batch, this call's block, the stop
-        it caused. A verdict of `Stop` means the request had already ended before this
-        call's batch: nothing may run and the adapter must end the run. A sibling of
-        the call that stopped the request gets a `Block` saying it was not run; it is
-        not counted as a block.
+        the way: a steer from settling the previous batch, this call's `Proceed` or
+        `Block` when newly decided, the stop it caused. Checking a call again returns
+        the verdict it already had. A verdict of `Stop` means the request had ended
+        before this call's batch: nothing may run and the adapter must end the run. A
+        call of the stopping batch that has not run gets a `Block` saying so; it is not
+        counted as a block.
         """
         config = self.config
-        if not config.enabled or call.id in state.settled_ids:
+        if not config.enabled:
             return state, Proceed(call=call), ()
+        settled = _settled(state, call.id)
+        if settled is not None:  # a sibling asking after its batch was settled
+            if settled.outcome in (_BLOCKED, _NOT_RUN):
+                return state, self._block(state, call, _block_text(state, call)), ()
+            return state, Proceed(call=call), ()
+        entry = _find(state, call.id)
         if state.stopped is not None:
-            if _find(state, call.id) is None:
+            if entry is None:
                 return state, self._stop(state, call), ()
-            # A sibling of the call that stopped the request: answered, never run.
-            state = _set_outcome(state, call, _BLOCKED)
-            return state, self._block(state, call, _messages.not_run_text()), ()
+            if entry.outcome in (*_UNANSWERED, _NOT_RUN):
+                state = _set_outcome(state, call, _NOT_RUN)
+                return state, self._block(state, call, _messages.not_run_text()), ()
+        if entry is not None and entry.outcome is not None:  # decided before
+            if entry.outcome == _BLOCKED:
+                return state, self._block(state, call, _block_text(state, call)), ()
+            return state, Proceed(call=call), ()
         state, decisions = self._join(state, call)
-        if call.tool in config.ignore_tools or not self._repeats_last(state, call):
-            return state, Proceed(call=call), decisions
-        if state.streak < config.block_threshold - 1:
-            return state, Proceed(call=call), decisions
+        repeat = call.tool not in config.ignore_tools and self._repeats_last(state, call)
+        if not repeat or state.streak < config.block_threshold - 1:
+            proceed = Proceed(call=call)
+            return _set_outcome(state, call, _ALLOWED), proceed, (*decisions, proceed)
         state = dataclasses.replace(state, blocks=state.blocks + 1)
         state = _set_outcome(state, call, _BLOCKED)
-        block = self._block(state, call, _messages.block_text(call.tool, state.streak))
+        block = self._block(state, call, _block_text(state, call))
         if state.blocks >= config.abort_threshold:
             state = _stopped(state, "abort", call.tool)
             return state, block, (*decisions, block, self._stop(state, call))
         if _complete(state):
-            state, settled = self._settle(state)
-            return state, block, (*decisions, block, *settled)
+            state, settling = self._settle(state)
+            return state, block, (*decisions, block, *settling)
         return state, block, (*decisions, block)
+
+    def check_batch(
+        self, state: RequestState, calls: Sequence[Call]
+    ) -> tuple[RequestState, list[Proceed | Block | Stop], tuple[Decision, ...]]:
+        """Declare one model response and check all its calls at once, in its order.
+
+        What the middleware does after the model, and what a wrapped tool does when it
+        can see the response: every sibling is decided before any of them runs, so a
+        stop also refuses the siblings that come before the stopping call.
+        """
+        state, decisions = self.open_batch(state, calls)
+        verdicts: list[Proceed | Block | Stop] = []
+        for call in calls:
+            state, verdict, checked = self.check_call(state, call)
+            verdicts.append(verdict)
+            decisions = (*decisions, *checked)
+        if state.stopped is not None:  # siblings allowed before the stop never run
+            for index, call in enumerate(calls):
+                state, verdicts[index], _ = self.check_call(state, call)
+        return state, verdicts, decisions
 
     def record_result(self, state: RequestState, call: Call, result: Result) -> Transition:
         """Record what a call returned; settles the batch once every call is answered.
@@ -193,10 +226,10 @@ class Engine:
         Recording the same call twice has no effect, so adapters may overlap.
         """
         config = self.config
-        if not config.enabled or call.id in state.settled_ids:
+        if not config.enabled or _settled(state, call.id) is not None:
             return state, ()
         entry = _find(state, call.id)
-        if entry is not None and entry.outcome is not None:
+        if entry is not None and entry.outcome not in _UNANSWERED:
             return state, ()
         state, decisions = self._join(state, call)
         ignored = call.tool in config.ignore_tools or (config.ignore_errors and result.is_error)
@@ -233,7 +266,7 @@ class Engine:
         starts a new one (a serial call) after settling the previous batch."""
         if _find(state, call.id) is not None:
             return state, ()
-        decisions: tuple[Block | Steer | Stop, ...] = ()
+        decisions: tuple[Decision, ...] = ()
         if state.batch_explicit or _complete(state):
             state, decisions = self._settle(state)
         return dataclasses.replace(state, batch=(*state.batch, _Entry(call=call))), decisions
@@ -246,7 +279,7 @@ class Engine:
         return last is not None and last.tool == call.tool and last.args == call.fingerprint
 
     def _settle(self, state: RequestState) -> Transition:
-        """Count the batch's last counted call (model order) against the last step."""
+        """Compare the batch's last call (model order) with the last step (SPEC §4)."""
         if not state.batch:
             return state, ()
         config = self.config
@@ -255,18 +288,20 @@ class Engine:
             state,
             batch=(),
             batch_explicit=False,
-            settled_ids=frozenset(e.call.id for e in entries),
+            settled=entries,
         )
         if state.stopped is not None:  # the request is over: nothing more to count
             return state, ()
-        counted = [e for e in entries if e.outcome not in (None, _BLOCKED, _IGNORED)]
-        if not counted:
-            all_blocked = all(e.outcome == _BLOCKED for e in entries)
-            if config.use_terminate and all_blocked:
-                state = _stopped(state, "terminate", entries[-1].call.tool)
-                return state, (self._stop(state, entries[-1].call),)
+        if config.use_terminate and all(e.outcome == _BLOCKED for e in entries):
+            state = _stopped(state, "terminate", entries[-1].call.tool)
+            return state, (self._stop(state, entries[-1].call),)
+        # The batch's last call in the model's order is compared; ignored calls and calls
+        # without a result are invisible. A blocked last call changes nothing: a block
+        # never resets the streak (SPEC §3.2), even beside calls that ran.
+        visible = [e for e in entries if e.outcome not in (*_UNANSWERED, _IGNORED, _NOT_RUN)]
+        if not visible or visible[-1].outcome == _BLOCKED:
             return state, ()
-        entry = counted[-1]
+        entry = visible[-1]
         step = Step(tool=entry.call.tool, args=entry.call.fingerprint, result=str(entry.outcome))
         if step == state.last:
             state = dataclasses.replace(state, streak=state.streak + 1)
@@ -300,7 +335,29 @@ def _find(state: RequestState, call_id: str) -> _Entry | None:
 
 
 def _complete(state: RequestState) -> bool:
-    return all(entry.outcome is not None for entry in state.batch)
+    return all(entry.outcome not in _UNANSWERED for entry in state.batch)
+
+
+def _settled(state: RequestState, call_id: str) -> _Entry | None:
+    for entry in state.settled:
+        if entry.call.id == call_id:
+            return entry
+    return None
+
+
+def _entries_to_json(entries: tuple[_Entry, ...]) -> list[list[str | None]]:
+    return [[e.call.id, e.call.tool, e.call.fingerprint, e.outcome] for e in entries]
+
+
+def _entries_from_json(rows: Any) -> tuple[_Entry, ...]:
+    return tuple(
+        _Entry(call=Call(id=call_id, tool=tool, fingerprint=fp), outcome=outcome)
+        for call_id, tool, fp, outcome in rows
+    )
+
+
+def _block_text(state: RequestState, call: Call) -> str:
+    return _messages.block_text(call.tool, state.streak)
 
 
 def _set_outcome(state: RequestState, call: Call, outcome: str) -> RequestState:

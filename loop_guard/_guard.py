@@ -11,7 +11,7 @@ from typing import Any, Literal, final
 
 from loop_guard._config import LoopGuardConfig, resolve_config
 from loop_guard._engine import Engine, RequestState
-from loop_guard._values import Block, Call, Proceed, Result, Steer, Stop
+from loop_guard._values import Block, Call, Decision, Proceed, Result, Steer, Stop
 
 logger = logging.getLogger("loop_guard")
 
@@ -51,6 +51,27 @@ class GuardEvent:
     streak: int
     blocks: int
     message: str
+
+    @classmethod
+    def of(cls, conversation: str, decision: Block | Steer | Stop) -> GuardEvent:
+        """The event for one of the engine's decisions."""
+        kind: EventKind
+        match decision:
+            case Steer():
+                kind, blocks = "warn", 0
+            case Block():
+                kind, blocks = "block", decision.blocks
+            case Stop():
+                kind, blocks = decision.kind, decision.blocks
+        return cls(
+            kind=kind,
+            conversation=conversation,
+            tool=decision.call.tool,
+            args=decision.call.args,
+            streak=decision.streak,
+            blocks=blocks,
+            message=decision.message,
+        )
 
 
 @final
@@ -92,26 +113,6 @@ _COUNTER_OF_KIND = {
     "abort": "aborts",
     "terminate": "terminations",
 }
-
-
-def _event(conversation: str, decision: Block | Steer | Stop) -> GuardEvent:
-    kind: EventKind
-    match decision:
-        case Steer():
-            kind, blocks = "warn", 0
-        case Block():
-            kind, blocks = "block", decision.blocks
-        case Stop():
-            kind, blocks = decision.kind, decision.blocks
-    return GuardEvent(
-        kind=kind,
-        conversation=conversation,
-        tool=decision.call.tool,
-        args=decision.call.args,
-        streak=decision.streak,
-        blocks=blocks,
-        message=decision.message,
-    )
 
 
 @final
@@ -197,11 +198,6 @@ class LoopGuard:
             if sink not in self._sinks:
                 self._sinks = (*self._sinks, sink)
 
-    def count_calls(self, calls: Iterable[Call]) -> None:
-        """Count calls decided on outside `check_call` (the middleware's own state)."""
-        with self._lock:
-            self._counts.update((call.tool, "calls") for call in calls)
-
     def start_request(
         self,
         conversation: str,
@@ -244,9 +240,20 @@ class LoopGuard:
         with self._lock:
             state, verdict, decisions = self.engine.check_call(self._state(conversation), call)
             self._store(conversation, state)
-            self._counts[call.tool, "calls"] += 1
         self.emit(conversation, decisions)
         return verdict
+
+    def check_batch(self, conversation: str, calls: Sequence[Call]) -> list[Proceed | Block | Stop]:
+        """Declare a model response and decide all its calls at once, in its order.
+
+        Checking calls already decided returns their verdicts again, so every sibling
+        may ask for the whole batch.
+        """
+        with self._lock:
+            state, verdicts, decisions = self.engine.check_batch(self._state(conversation), calls)
+            self._store(conversation, state)
+        self.emit(conversation, decisions)
+        return verdicts
 
     def record_result(self, conversation: str, call: Call, result: Result) -> None:
         """Record a call's result; recording the same call twice has no effect."""
@@ -274,15 +281,19 @@ class LoopGuard:
         with self._lock:
             return self.engine.stop_of(self._state(conversation))
 
-    def emit(self, conversation: str, decisions: Iterable[Block | Steer | Stop]) -> None:
-        """Count, log and publish each decision as a `GuardEvent`.
+    def emit(self, conversation: str, decisions: Iterable[Decision]) -> None:
+        """Count each decision; log and publish each warning, block and stop as an event.
 
         Published to `on_event` and to every subscribed sink; a failing receiver is
         logged, never passed on to the agent.
         """
         for decision in decisions:
-            event = _event(conversation, decision)
             with self._lock:
+                if isinstance(decision, (Proceed, Block)):
+                    self._counts[decision.call.tool, "calls"] += 1
+                if isinstance(decision, Proceed):
+                    continue
+                event = GuardEvent.of(conversation, decision)
                 self._counts[event.tool, _COUNTER_OF_KIND[event.kind]] += 1
                 sinks = self._sinks
             # Steers and blocks are routine (INFO); a stopped request deserves a WARNING.

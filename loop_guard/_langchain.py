@@ -6,7 +6,7 @@ and a request the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.callbacks.manager import dispatch_custom_event
@@ -17,7 +17,7 @@ from langgraph.types import Command
 from loop_guard._engine import Engine, RequestState
 from loop_guard._guard import GuardEvent
 from loop_guard._messages import GUARD_NAME
-from loop_guard._values import Call, Proceed, Result
+from loop_guard._values import Call, Decision, Proceed, Result
 
 STEER_MARK = "steer"
 """`response_metadata["loop_guard"]` of a tool result that carries the steer in-band."""
@@ -126,12 +126,22 @@ def last_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage | None, list[
     return None, answers[::-1]
 
 
-def replay(engine: Engine, request_id: str | None, messages: Sequence[BaseMessage]) -> RequestState:
+Observer = Callable[[Call, Sequence[Decision]], object]
+"""Receives each replayed call with the decisions it led to (for the offline scan)."""
+
+
+def replay(
+    engine: Engine,
+    request_id: str | None,
+    messages: Sequence[BaseMessage],
+    observe: Observer | None = None,
+) -> RequestState:
     """Rebuild a request's state from its messages, as if the guard had watched it live.
 
     The engine is deterministic, so checking the recorded calls again reproduces the
-    blocks that were made. A steer is taken as delivered once the model was called
-    after it or it was written into a tool result.
+    blocks that were made (a call it blocks is not counted, whatever the history says
+    it returned). A steer is taken as delivered once the model was called after it or
+    it was written into a tool result.
     """
     state = RequestState(request_id=request_id)
     answers = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
@@ -139,14 +149,19 @@ def replay(engine: Engine, request_id: str | None, messages: Sequence[BaseMessag
         if not isinstance(message, AIMessage) or not message.tool_calls:
             continue
         calls = [call_of(tool_call) for tool_call in message.tool_calls]
-        state, _ = engine.open_batch(state, calls)
+        state, decisions = engine.open_batch(state, calls)
         for call in calls:
             answer = answers.get(call.id)
             if answer is None:
                 continue  # still running: the live adapter checks it
-            state, verdict, _ = engine.check_call(state, call)
+            state, verdict, checked = engine.check_call(state, call)
+            decisions = (*decisions, *checked)
             if isinstance(verdict, Proceed):
-                state, _ = engine.record_result(state, call, result_of(answer))
+                state, recorded = engine.record_result(state, call, result_of(answer))
+                decisions = (*decisions, *recorded)
+            if observe is not None and decisions:
+                observe(call, decisions)
+            decisions = ()
         later = messages[index + 1 :]
         delivered = any(isinstance(m, AIMessage) for m in later) or any(
             answers.get(call.id) is not None and is_marked(answers[call.id], STEER_MARK)

@@ -30,6 +30,21 @@ def block_text(tool: str, streak: int) -> str:
     )
 
 
+def withheld_text(tool: str, block_threshold: int) -> str:
+    """The result of a repeated call the guard could only judge after it ran.
+
+    A tool outside the guard's wrappers (or one that does not exist) has already run,
+    so the model is told its result is withheld, not that it was not run.
+    """
+    return (
+        f"LOOP GUARD: the result of this `{tool}` call is withheld. You made this exact "
+        f"call at least {block_threshold - 1} times in a row and got the same result each "
+        "time, or the request was stopped. Do not call it again with the same arguments; "
+        "use the result you already have, try a different approach, or give your final "
+        "answer."
+    )
+
+
 def not_run_text() -> str:
     """The result of a pending call that the guard's stop left unexecuted."""
     return "LOOP GUARD: not run, because the request was stopped by the loop guard."

@@ -1,10 +1,13 @@
-"""The `loop-guard` command: `loop-guard demo`."""
+"""The `loop-guard` command: `loop-guard demo` and `loop-guard scan`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from loop_guard._config import resolve_config
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -23,7 +26,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the guarded agent on a real chat model (e.g. openai:gpt-4o-mini) "
         "through langchain's init_chat_model; needs that provider's package and API key",
     )
+    scan = commands.add_parser(
+        "scan",
+        help="replay recorded conversations: where would the guard have stepped in?",
+        description="Exit status: 0 when the guard would not have stepped in, 1 when it "
+        "would have (a steer, a block or a stop), 2 when a file could not be read.",
+    )
+    scan.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    scan.add_argument("--thread", help="the thread to read from a LangGraph SQLite database")
+    scan.add_argument("--json", action="store_true", help="print JSON for machines")
+    for option in ("warn", "block", "abort"):
+        scan.add_argument(f"--{option}-threshold", type=int, metavar="N")
+    scan.add_argument("--ignore-tools", metavar="A,B", help="comma-separated tool names")
+    scan.add_argument("--ignore-errors", action="store_true", default=None)
+    scan.add_argument("--use-terminate", action="store_true", default=None)
     args = parser.parse_args(argv)
+    if args.command == "scan":
+        return _scan(args)
     try:
         from loop_guard.demo import run_demo
     except ImportError as error:
@@ -49,6 +68,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     return run_demo(model=model)
+
+
+def _scan(args: argparse.Namespace) -> int:
+    from loop_guard.scan import EXIT_UNREADABLE, run_scan
+
+    names = [
+        "warn_threshold",
+        "block_threshold",
+        "abort_threshold",
+        "ignore_tools",
+        "ignore_errors",
+        "use_terminate",
+    ]
+    overrides = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    try:
+        config = resolve_config(None, overrides)  # flags win over LOOP_GUARD_* variables
+    except ValueError as error:
+        print(f"loop-guard scan: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    return run_scan(args.paths, config, thread=args.thread, as_json=args.json)
 
 
 if __name__ == "__main__":

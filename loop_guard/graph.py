@@ -21,7 +21,7 @@ from loop_guard._langchain import (
     messages_of,
     result_of,
 )
-from loop_guard._values import Block
+from loop_guard._values import Proceed
 from loop_guard.callbacks import announce, conversation_for
 
 
@@ -79,21 +79,22 @@ class LoopGuardNode:
         ai_message, answers = last_batch(messages)
         corrections: list[AnyMessage] = []
         if ai_message is not None and ai_message.tool_calls:
-            calls = {c.id: c for c in map(call_of, ai_message.tool_calls)}
-            self.guard.open_batch(conversation, list(calls.values()))
-            for answer in answers:
-                call = calls.get(answer.tool_call_id)
-                if call is None or is_marked(answer, BLOCK_MARK):
-                    continue  # a wrapper blocked it: the engine already knows
-                # Checked again (idempotent for calls a wrapper let through). A call no
-                # wrapper saw - an unknown tool, an unwrapped tool - is judged here,
-                # after the fact: its result is replaced by the block message.
-                verdict = self.guard.check_call(conversation, call)
-                if isinstance(verdict, Block):  # same id: the reducer replaces the answer
-                    block = block_message(answer.tool_call_id, call.tool, verdict.message)
-                    corrections.append(block.model_copy(update={"id": answer.id}))
-                else:
+            calls = [call_of(tool_call) for tool_call in ai_message.tool_calls]
+            # Verdicts already given (by wrapped tools) come back unchanged; calls no
+            # wrapper saw - an unknown tool, an unwrapped tool - are judged now, after
+            # the fact: a refused one keeps its place but its result is withheld.
+            verdicts = self.guard.check_batch(conversation, calls)
+            by_id = {answer.tool_call_id: answer for answer in answers}
+            for call, verdict in zip(calls, verdicts, strict=True):
+                answer = by_id.get(call.id)
+                if answer is None:
+                    continue
+                if isinstance(verdict, Proceed):
                     self.guard.record_result(conversation, call, result_of(answer))
+                elif not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it
+                    withheld = _messages.withheld_text(call.tool, self.guard.config.block_threshold)
+                    block = block_message(call.id, call.tool, withheld)
+                    corrections.append(block.model_copy(update={"id": answer.id}))
             self.guard.settle(conversation)
         stop = self.guard.stop_of(conversation)
         if stop is not None:

@@ -141,15 +141,13 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         engine, conversation = self.guard.engine, _conversation(state)
         snapshot = RequestState.from_dict(state.get("loop_guard"))
         calls = [call_of(tool_call) for tool_call in message.tool_calls]
-        self.guard.count_calls(calls)
-        snapshot, decisions = engine.open_batch(snapshot, calls)
+        snapshot, verdicts, decisions = engine.check_batch(snapshot, calls)
         self.guard.emit(conversation, decisions)
-        answers: list[AnyMessage] = []
-        for call in calls:
-            snapshot, verdict, decisions = engine.check_call(snapshot, call)
-            self.guard.emit(conversation, decisions)
-            if isinstance(verdict, Block):
-                answers.append(block_message(call.id, call.tool, verdict.message))
+        answers: list[AnyMessage] = [
+            block_message(call.id, call.tool, verdict.message)
+            for call, verdict in zip(calls, verdicts, strict=True)
+            if isinstance(verdict, Block)
+        ]
         update: dict[str, Any] = {"loop_guard": snapshot.to_dict(), "messages": answers}
         stop = engine.stop_of(snapshot)
         if stop is None:

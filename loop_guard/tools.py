@@ -162,9 +162,14 @@ class GuardedTool(BaseTool):
         announce(self.guard, conversation, messages)
         call = self._call(tool_call, args, messages)
         ai_message, _ = last_batch(messages)
-        if ai_message is not None and any(c["id"] == call.id for c in ai_message.tool_calls):
-            self.guard.open_batch(conversation, [call_of(c) for c in ai_message.tool_calls])
-        verdict = self.guard.check_call(conversation, call)
+        siblings = [call_of(c) for c in ai_message.tool_calls] if ai_message is not None else []
+        if any(sibling.id == call.id for sibling in siblings):
+            # The whole response is decided at once, in the model's order, as the
+            # middleware does: every sibling asks, the first one decides for all.
+            verdicts = self.guard.check_batch(conversation, siblings)
+            verdict = next(v for s, v in zip(siblings, verdicts, strict=True) if s.id == call.id)
+        else:
+            verdict = self.guard.check_call(conversation, call)
         if isinstance(verdict, Stop):
             raise LoopGuardAbort(verdict)
         refusal = verdict.message if isinstance(verdict, Block) else None

@@ -50,15 +50,17 @@ class Reference:
                 verdicts.append("Proceed")
         if self.stopped:
             return verdicts
-        counted = [
-            call
+        visible = [
+            (call, verdict)
             for call, verdict in zip(batch, verdicts, strict=True)
-            if verdict == "Proceed"
-            and call[0] not in self.ignore_tools
-            and not (self.ignore_errors and call[3])
+            if call[0] not in self.ignore_tools
+            and not (verdict == "Proceed" and self.ignore_errors and call[3])
         ]
-        if counted:
-            step = counted[-1]
+        if self.use_terminate and all(v == "Block" for v in verdicts):
+            self.stopped = "terminate"
+            self.events.append("terminate")
+        elif visible and visible[-1][1] == "Proceed":
+            step = visible[-1][0]
             if step == self.last:
                 self.streak += 1
             else:
@@ -66,9 +68,6 @@ class Reference:
             if self.streak >= self.warn and not self.warned:
                 self.warned = True
                 self.events.append("warn")
-        elif self.use_terminate and all(v == "Block" for v in verdicts):
-            self.stopped = "terminate"
-            self.events.append("terminate")
         return verdicts
 
 
