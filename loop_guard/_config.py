@@ -172,12 +172,13 @@ def resolve_config(
     if unresolved:
         logger.error("loop guard disabled: %s", "; ".join(unresolved))
         return LoopGuardConfig(enabled=False)
-    if overrides:
-        return LoopGuardConfig().replace(**{**env_values, **overrides})
     try:
-        return LoopGuardConfig(**env_values)
+        return LoopGuardConfig().replace(**{**env_values, **overrides})
     except ValueError as error:
-        logger.error("loop guard disabled by the LOOP_GUARD_* variables: %s", error)
+        LoopGuardConfig().replace(**overrides)  # wrong arguments on their own: raise
+        variables = ", ".join(f"{ENV_PREFIX}{name.upper()}={value!r}" for name, value in
+                              env_values.items() if name not in overrides)  # fmt: skip
+        logger.error("loop guard disabled by the environment (%s): %s", variables, error)
         return LoopGuardConfig(enabled=False)
 
 

@@ -22,7 +22,9 @@ confused with plain strings of the same text:
 | mapping with non-string keys | `{"$map":[[key, value], ...]}`, pairs sorted by encoding |
 | a container already being encoded | `{"$cycle":true}` (no crash, no hang) |
 | nesting deeper than 100 levels | `{"$deep":true}` below that level |
+| int beyond 4300 digits | `{"$int":"<hex>"}` |
 | anything else | `{"$object":"<module.Class>","repr":"<repr without memory addresses>"}` |
+| an object that raises while encoded | `{"$object":"<module.Class>"}` |
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 def args_fingerprint(args: Any) -> str:
     """Return the canonical JSON of a call's args: sorted keys at every depth.
 
-    Never raises: every value has a deterministic encoding (see the module docstring).
+    Never raises: every value has a deterministic encoding (see the module docstring);
+    an object that fails while being encoded is encoded by its type alone.
 
     Example:
         >>> args_fingerprint({"b": 1.0, "a": {"y": 2, "x": [1, 2]}})
@@ -72,7 +75,7 @@ def _encode(value: Any, out: list[str], depth: int, active: set[int]) -> None:
     elif kind is bool:
         out.append("true" if value else "false")
     elif kind is int:
-        out.append(int.__repr__(value))
+        out.append(_int(value))
     elif kind is float:
         out.append(_float(value))
     elif depth >= MAX_DEPTH:
@@ -87,7 +90,10 @@ def _encode(value: Any, out: list[str], depth: int, active: set[int]) -> None:
         finally:
             active.discard(id(value))
     else:
-        _encode_other(value, out, depth, active)
+        try:
+            _encode_other(value, out, depth, active)
+        except Exception:  # a hostile object (raising properties, broken dumps): its type
+            out.append(_tagged("$object", _qualname(type(value))))
 
 
 def _encode_container(value: Any, out: list[str], depth: int, active: set[int]) -> None:
@@ -125,7 +131,7 @@ def _encode_other(value: Any, out: list[str], depth: int, active: set[int]) -> N
     elif isinstance(value, enum.Enum):
         out.append(_tagged("$enum", f"{type(value).__name__}.{value.name}"))
     elif isinstance(value, int):
-        out.append(int.__repr__(value))
+        out.append(_int(value))
     elif isinstance(value, float):
         out.append(_float(value))
     elif isinstance(value, str):
@@ -173,13 +179,20 @@ def _encoded(value: Any, depth: int, active: set[int]) -> str:
     return "".join(out)
 
 
+def _int(value: int) -> str:
+    try:
+        return int.__repr__(value)
+    except ValueError:  # beyond Python's int-to-str digit limit: hex has no limit
+        return _tagged("$int", format(value, "x"))
+
+
 def _float(value: float) -> str:
     if math.isnan(value):
         return '{"$float":"nan"}'
     if math.isinf(value):
         return '{"$float":"inf"}' if value > 0 else '{"$float":"-inf"}'
     if value.is_integer():
-        return int.__repr__(int(value))
+        return _int(int(value))
     return float.__repr__(value)
 
 
@@ -200,7 +213,9 @@ def _safe_repr(value: Any) -> str:
 
 
 def _is_pydantic_model(value: Any) -> bool:
-    return callable(getattr(value, "model_dump", None)) and hasattr(type(value), "model_fields")
+    # Looked up on the class: an instance's __getattr__ may raise or lie.
+    kind = type(value)
+    return callable(getattr(kind, "model_dump", None)) and hasattr(kind, "model_fields")
 
 
 def _pydantic_fields(value: Any) -> Any:

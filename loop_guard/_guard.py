@@ -15,7 +15,7 @@ from loop_guard._values import Block, Call, Decision, Proceed, Result, Steer, St
 
 logger = logging.getLogger("loop_guard")
 
-EventKind = Literal["warn", "block", "abort", "terminate"]
+EventKind = Literal["warn", "block", "abort", "terminate", "error"]
 
 
 @final
@@ -24,7 +24,8 @@ class GuardEvent:
     """A warning, block or stop, as passed to `on_event` and logged on `loop_guard`.
 
     Attributes:
-        kind: `'warn'`, `'block'`, `'abort'` or `'terminate'`.
+        kind: `'warn'`, `'block'`, `'abort'`, `'terminate'`, or `'error'` when the
+            guard itself failed on an event (the agent went on unguarded for it).
         conversation: The conversation key (thread id, else the top-level run id).
         tool: The repeated tool.
         args: The repeated call's args (`None` when not known, e.g. after a restore).
@@ -85,7 +86,8 @@ class GuardStats:
         blocks: Calls refused.
         aborts: Requests ended by the abort threshold.
         terminations: Requests ended by `use_terminate`.
-        by_tool: The same five counters per tool name.
+        errors: Events the guard failed on and let through unguarded.
+        by_tool: The same counters per tool name (errors under `""`).
 
     Example:
         >>> guard = LoopGuard(warn_threshold=1, block_threshold=2)
@@ -103,15 +105,17 @@ class GuardStats:
     blocks: int = 0
     aborts: int = 0
     terminations: int = 0
+    errors: int = 0
     by_tool: Mapping[str, Mapping[str, int]]
 
 
-_COUNTERS = ("calls", "warnings", "blocks", "aborts", "terminations")
+_COUNTERS = ("calls", "warnings", "blocks", "aborts", "terminations", "errors")
 _COUNTER_OF_KIND = {
     "warn": "warnings",
     "block": "blocks",
     "abort": "aborts",
     "terminate": "terminations",
+    "error": "errors",
 }
 
 
@@ -295,25 +299,49 @@ class LoopGuard:
                     continue
                 event = GuardEvent.of(conversation, decision)
                 self._counts[event.tool, _COUNTER_OF_KIND[event.kind]] += 1
-                sinks = self._sinks
             # Steers and blocks are routine (INFO); a stopped request deserves a WARNING.
             level = logging.INFO if event.kind in ("warn", "block") else logging.WARNING
-            logger.log(
-                level,
-                "loop guard %s: tool=%s streak=%d blocks=%d conversation=%s",
-                event.kind,
-                event.tool,
-                event.streak,
-                event.blocks,
-                event.conversation,
-                extra={"loop_guard_event": event},
-            )
-            receivers = sinks if self.on_event is None else (self.on_event, *sinks)
-            for receiver in receivers:
-                try:
-                    receiver(event)
-                except Exception:
-                    logger.exception("loop guard event receiver %r failed", receiver)
+            self._publish(event, level)
+
+    def report_fault(self, conversation: str | None, error: BaseException) -> None:
+        """The guard failed on an event: the agent goes on unguarded for that event.
+
+        Logs one ERROR (with the traceback) and publishes an `error` event; the next
+        events are judged normally. Adapters call it instead of letting a fault of the
+        guard reach the agent.
+        """
+        event = GuardEvent(
+            kind="error",
+            conversation=conversation or "",
+            tool="",
+            args=None,
+            streak=0,
+            blocks=0,
+            message=f"{type(error).__name__}: {error}",
+        )
+        with self._lock:
+            self._counts["", "errors"] += 1
+        self._publish(event, logging.ERROR, error)
+
+    def _publish(self, event: GuardEvent, level: int, error: BaseException | None = None) -> None:
+        logger.log(
+            level,
+            "loop guard %s: tool=%s streak=%d blocks=%d conversation=%s%s",
+            event.kind,
+            event.tool,
+            event.streak,
+            event.blocks,
+            event.conversation,
+            "; the guard failed and let this event through unguarded" if error else "",
+            exc_info=error,
+            extra={"loop_guard_event": event},
+        )
+        receivers = self._sinks if self.on_event is None else (self.on_event, *self._sinks)
+        for receiver in receivers:
+            try:
+                receiver(event)
+            except Exception:
+                logger.exception("loop guard event receiver %r failed", receiver)
 
     def _state(self, conversation: str) -> RequestState:
         return self._states.get(conversation) or RequestState()

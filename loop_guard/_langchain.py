@@ -14,16 +14,20 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCa
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
+from loop_guard import _messages
 from loop_guard._engine import Engine, RequestState
 from loop_guard._guard import GuardEvent
 from loop_guard._messages import GUARD_NAME
-from loop_guard._values import Call, Decision, Proceed, Result
+from loop_guard._values import Call, Decision, Proceed, Result, Stop
 
 STEER_MARK = "steer"
 """`response_metadata["loop_guard"]` of a tool result that carries the steer in-band."""
 
 BLOCK_MARK = "blocked"
 """`response_metadata["loop_guard"]` of a tool result written by the guard instead of a run."""
+
+RESULT_KEY = "loop_guard_result"
+"""`response_metadata` key of a steered tool result: the fingerprint of what the tool returned."""
 
 
 def dispatch_event(event: GuardEvent) -> None:
@@ -59,7 +63,11 @@ def result_of(output: Any) -> Result:
     value (a tool invoked without a tool call).
     """
     if isinstance(output, ToolMessage):
-        return Result.of(output.content, is_error=output.status == "error")
+        is_error = output.status == "error"
+        recorded = output.response_metadata.get(RESULT_KEY)
+        if isinstance(recorded, str):  # a steered result: what the tool itself returned
+            return Result(fingerprint=recorded, is_error=is_error)
+        return Result.of(output.content, is_error=is_error)
     if isinstance(output, Command):
         update = output.update
         messages = update.get("messages", []) if isinstance(update, dict) else []
@@ -181,6 +189,20 @@ def block_message(tool_call_id: str, tool: str, text: str) -> ToolMessage:
         status="error",
         response_metadata={"loop_guard": BLOCK_MARK},
     )
+
+
+def stop_messages(
+    ai_message: AIMessage | None, answered: set[str], stop: Stop
+) -> list[ToolMessage | AIMessage]:
+    """How a stopped request ends: every unanswered call of the last response gets a
+    "not run" result, then a final message tells the user why (the history stays valid).
+    """
+    pending = [
+        block_message(tool_call["id"] or "", tool_call["name"], _messages.not_run_text())
+        for tool_call in (ai_message.tool_calls if ai_message is not None else ())
+        if tool_call["id"] not in answered
+    ]
+    return [*pending, AIMessage(content=stop.message, name=GUARD_NAME)]
 
 
 def messages_of(state: Any) -> Sequence[BaseMessage]:

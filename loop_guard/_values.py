@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal, final
@@ -39,8 +40,9 @@ class Call:
 
     @classmethod
     def of(cls, tool: str, args: Any, *, id: str | None = None) -> Call:
-        """Build a call, computing the canonical fingerprint of `args`."""
-        fingerprint = args_fingerprint(args)
+        """Build a call; its fingerprint is the SHA-256 of the canonical JSON of `args`."""
+        canonical = args_fingerprint(args).encode("utf-8", "surrogatepass")
+        fingerprint = hashlib.sha256(canonical).hexdigest()
         if id:
             return cls(tool=tool, fingerprint=fingerprint, args=args, id=id)
         return cls(tool=tool, fingerprint=fingerprint, args=args)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +26,6 @@ from loop_guard._langchain import (
 )
 from loop_guard._values import Call, LoopGuardAbort, Result
 
-logger = logging.getLogger("loop_guard")
-
 
 class LoopGuardCallbackHandler(BaseCallbackHandler):
     """Track steps from a run's callbacks: model responses, tool starts, ends and errors.
@@ -37,8 +34,8 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
     groups each model response's tool calls into a batch, records every result, emits
     the guard's events, and refuses the next model call once the request was stopped
     (raising `LoopGuardAbort`). Blocking a call before it runs is the job of
-    `guard_tools`, `LoopGuardNode` or `LoopGuardMiddleware`; combined with any of them,
-    no step is counted twice.
+    `guard_tools` and `LoopGuardNode`; combined with them, no step is counted twice.
+    `LoopGuardMiddleware` keeps its own state and needs no handler.
 
     A conversation is the LangGraph thread (`configurable.thread_id`), else the
     top-level run; a thread's requests start at each new user message.
@@ -55,7 +52,7 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
         ```
     """
 
-    raise_error = True  # only LoopGuardAbort escapes: every other failure is logged
+    raise_error = True  # only LoopGuardAbort escapes: every other failure is reported
     run_inline = True  # cheap and thread-safe: no executor hop in async runs
 
     def __init__(self, guard: LoopGuard) -> None:
@@ -117,8 +114,8 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
             if conversation is not None and messages:
                 announce(self.guard, conversation, messages[0])
                 stop = self.guard.stop_of(conversation)
-        except Exception:
-            logger.exception("loop guard failed on a model start; continuing unguarded")
+        except Exception as error:
+            self.guard.report_fault(conversation, error)
         if stop is not None:
             raise LoopGuardAbort(stop)
 
@@ -136,8 +133,8 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
                 calls = [call_of(tool_call) for tool_call in generation.message.tool_calls]
                 if calls:
                     self.guard.open_batch(conversation, calls)
-        except Exception:
-            logger.exception("loop guard failed on a model response; continuing unguarded")
+        except Exception as error:
+            self.guard.report_fault(None, error)
         self._end(run_id)
 
     @override
@@ -166,8 +163,8 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
                 call = Call.of(name, args, id=kwargs.get("tool_call_id"))
                 with self._lock:
                     self._tools[run_id] = (conversation, call)
-        except Exception:
-            logger.exception("loop guard failed on a tool start; continuing unguarded")
+        except Exception as error:
+            self.guard.report_fault(conversation, error)
 
     @override
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -206,8 +203,8 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
             if tracked is not None:
                 conversation, call = tracked
                 self.guard.record_result(conversation, call, result or result_of(output))
-        except Exception:
-            logger.exception("loop guard failed on a tool result; continuing unguarded")
+        except Exception as error:
+            self.guard.report_fault(None, error)
         self._end(run_id)
 
     def _end(self, run_id: UUID) -> None:

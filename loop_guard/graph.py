@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END
 from langgraph.types import Command
@@ -20,6 +21,7 @@ from loop_guard._langchain import (
     last_batch,
     messages_of,
     result_of,
+    stop_messages,
 )
 from loop_guard._values import Proceed
 from loop_guard.callbacks import announce, conversation_for
@@ -71,7 +73,13 @@ class LoopGuardNode:
 
     def __call__(self, state: Any, config: RunnableConfig) -> Command[Any]:
         """Record the last batch; continue with a steer if due, or end the request."""
-        messages = messages_of(state)
+        try:
+            return self._route(messages_of(state), config)
+        except Exception as error:  # a fault of the guard: the agent goes on unguarded
+            self.guard.report_fault(None, error)
+            return Command(goto=self.next_node)
+
+    def _route(self, messages: Sequence[BaseMessage], config: RunnableConfig) -> Command[Any]:
         conversation = conversation_for(self.guard, config, messages)
         if conversation is None:
             return Command(goto=self.next_node)
@@ -99,13 +107,8 @@ class LoopGuardNode:
         stop = self.guard.stop_of(conversation)
         if stop is not None:
             answered = {answer.tool_call_id for answer in answers}
-            pending = [
-                block_message(tool_call["id"] or "", tool_call["name"], _messages.not_run_text())
-                for tool_call in (ai_message.tool_calls if ai_message is not None else ())
-                if tool_call["id"] not in answered
-            ]
-            final = AIMessage(content=stop.message, name=_messages.GUARD_NAME)
-            return Command(goto=END, update={"messages": [*corrections, *pending, final]})
+            ending = stop_messages(ai_message, answered, stop)
+            return Command(goto=END, update={"messages": [*corrections, *ending]})
         steer = self.guard.take_steer(conversation)
         if steer is not None:
             corrections.append(HumanMessage(content=steer.message, name=_messages.GUARD_NAME))

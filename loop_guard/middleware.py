@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired
 
 from langchain.agents.middleware.types import (
@@ -13,7 +13,7 @@ from langchain.agents.middleware.types import (
     ResponseT,
     hook_config,
 )
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AnyMessage, HumanMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.typing import ContextT
 from typing_extensions import override
@@ -22,8 +22,16 @@ from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import RequestState
 from loop_guard._guard import GuardEvent, LoopGuard
-from loop_guard._langchain import block_message, call_of, dispatch_event, result_of
-from loop_guard._values import Block, LoopGuardAbort, Stop
+from loop_guard._langchain import (
+    block_message,
+    call_of,
+    dispatch_event,
+    last_batch,
+    result_of,
+    stop_messages,
+    thread_key,
+)
+from loop_guard._values import Block, LoopGuardAbort
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
@@ -135,60 +143,28 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
         """Check the model's tool calls before they run; block repeats, end on a stop."""
-        message = _last_ai_message(state["messages"])
-        if message is None or not message.tool_calls:
-            return None
-        engine, conversation = self.guard.engine, _conversation(state)
-        snapshot = RequestState.from_dict(state.get("loop_guard"))
-        calls = [call_of(tool_call) for tool_call in message.tool_calls]
-        snapshot, verdicts, decisions = engine.check_batch(snapshot, calls)
-        self.guard.emit(conversation, decisions)
-        answers: list[AnyMessage] = [
-            block_message(call.id, call.tool, verdict.message)
-            for call, verdict in zip(calls, verdicts, strict=True)
-            if isinstance(verdict, Block)
-        ]
-        update: dict[str, Any] = {"loop_guard": snapshot.to_dict(), "messages": answers}
-        stop = engine.stop_of(snapshot)
-        if stop is None:
-            return update if answers else {"loop_guard": snapshot.to_dict()}
-        if self.exit_behavior == "error":
-            raise LoopGuardAbort(stop)
-        answered = {answer.tool_call_id for answer in answers if isinstance(answer, ToolMessage)}
-        answers.extend(
-            block_message(tool_call["id"] or "", tool_call["name"], _messages.not_run_text())
-            for tool_call in message.tool_calls
-            if tool_call["id"] not in answered
-        )
-        answers.append(_final_message(stop))
-        update["jump_to"] = "end"
-        return update
+        return self._fail_open(self._check_response, state)
 
     @override
     def before_model(
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
         """Record the last batch's results; deliver a due steer before the model runs."""
-        snapshot = RequestState.from_dict(state.get("loop_guard"))
-        awaiting = {call.id for call in snapshot.awaiting}
-        message = _last_ai_message(state["messages"])
-        if not awaiting or message is None:
-            return None
-        # Rebuilt from the AI message, not the snapshot: the snapshot keeps no args.
-        calls = {c.id: c for c in map(call_of, message.tool_calls) if c.id in awaiting}
-        engine, conversation = self.guard.engine, _conversation(state)
-        for answer in _answers_to_last_batch(state["messages"]):
-            call = calls.get(answer.tool_call_id)
-            if call is not None:
-                snapshot, decisions = engine.record_result(snapshot, call, result_of(answer))
-                self.guard.emit(conversation, decisions)
-        snapshot, decisions = engine.settle(snapshot)
-        self.guard.emit(conversation, decisions)
-        snapshot, steer = engine.take_steer(snapshot)
-        update: dict[str, Any] = {"loop_guard": snapshot.to_dict()}
-        if steer is not None:
-            update["messages"] = [HumanMessage(content=steer.message, name=_messages.GUARD_NAME)]
-        return update
+        return self._fail_open(self._record_results, state)
+
+    @override
+    def after_agent(
+        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        """With `exit_behavior="error"`, raise `LoopGuardAbort` once the run has ended.
+
+        Raised here, after the history was completed, so the thread stays valid.
+        """
+        if self.exit_behavior == "error":
+            stop = self.guard.engine.stop_of(RequestState.from_dict(state.get("loop_guard")))
+            if stop is not None:
+                raise LoopGuardAbort(stop)
+        return None
 
     @override
     async def abefore_agent(
@@ -212,32 +188,77 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """Async twin of `before_model`."""
         return self.before_model(state, runtime)
 
+    @override
+    async def aafter_agent(
+        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        """Async twin of `after_agent`."""
+        return self.after_agent(state, runtime)
+
+    def _check_response(self, state: LoopGuardState[ResponseT]) -> dict[str, Any] | None:
+        message, _ = last_batch(state["messages"])
+        if message is None or not message.tool_calls:
+            return None
+        engine, conversation = self.guard.engine, _conversation(state)
+        snapshot = RequestState.from_dict(state.get("loop_guard"))
+        calls = [call_of(tool_call) for tool_call in message.tool_calls]
+        snapshot, verdicts, decisions = engine.check_batch(snapshot, calls)
+        self.guard.emit(conversation, decisions)
+        answers: list[AnyMessage] = [
+            block_message(call.id, call.tool, verdict.message)
+            for call, verdict in zip(calls, verdicts, strict=True)
+            if isinstance(verdict, Block)
+        ]
+        update: dict[str, Any] = {"loop_guard": snapshot.to_dict()}
+        stop = engine.stop_of(snapshot)
+        if stop is not None:
+            answered = {
+                answer.tool_call_id for answer in answers if isinstance(answer, ToolMessage)
+            }
+            answers.extend(stop_messages(message, answered, stop))
+            update["jump_to"] = "end"
+        if answers:
+            update["messages"] = answers
+        return update
+
+    def _record_results(self, state: LoopGuardState[ResponseT]) -> dict[str, Any] | None:
+        snapshot = RequestState.from_dict(state.get("loop_guard"))
+        awaiting = {call.id for call in snapshot.awaiting}
+        message, answers = last_batch(state["messages"])
+        if not awaiting or message is None:
+            return None
+        # Rebuilt from the AI message, not the snapshot: the snapshot keeps no args.
+        calls = {c.id: c for c in map(call_of, message.tool_calls) if c.id in awaiting}
+        engine, conversation = self.guard.engine, _conversation(state)
+        for answer in answers:
+            call = calls.get(answer.tool_call_id)
+            if call is not None:
+                snapshot, decisions = engine.record_result(snapshot, call, result_of(answer))
+                self.guard.emit(conversation, decisions)
+        snapshot, decisions = engine.settle(snapshot)
+        self.guard.emit(conversation, decisions)
+        snapshot, steer = engine.take_steer(snapshot)
+        update: dict[str, Any] = {"loop_guard": snapshot.to_dict()}
+        if steer is not None:
+            update["messages"] = [HumanMessage(content=steer.message, name=_messages.GUARD_NAME)]
+        return update
+
+    def _fail_open(
+        self,
+        hook: Callable[[LoopGuardState[ResponseT]], dict[str, Any] | None],
+        state: LoopGuardState[ResponseT],
+    ) -> dict[str, Any] | None:
+        """Run a hook; a fault of the guard is reported and the agent goes on unguarded."""
+        try:
+            return hook(state)
+        except Exception as error:
+            self.guard.report_fault(_conversation(state), error)
+            return None
+
 
 def _conversation(state: LoopGuardState[Any]) -> str:
-    """The thread id when there is one, else this request's id."""
-    thread_id = get_config().get("configurable", {}).get("thread_id")
-    if thread_id is not None:
-        return str(thread_id)
-    return str((state.get("loop_guard") or {}).get("request_id"))
-
-
-def _last_ai_message(messages: Sequence[AnyMessage]) -> AIMessage | None:
-    for message in reversed(messages):
-        if isinstance(message, AIMessage):
-            return message
-    return None
-
-
-def _answers_to_last_batch(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
-    """The tool messages after the last AI message."""
-    answers: list[ToolMessage] = []
-    for message in reversed(messages):
-        if isinstance(message, AIMessage):
-            break
-        if isinstance(message, ToolMessage):
-            answers.append(message)
-    return answers
-
-
-def _final_message(stop: Stop) -> AIMessage:
-    return AIMessage(content=stop.message, name=_messages.GUARD_NAME)
+    """The thread (with its graph namespace) when there is one, else this request."""
+    thread = thread_key(get_config())
+    if thread is not None:
+        return thread
+    return f"request:{(state.get('loop_guard') or {}).get('request_id')}"

@@ -20,6 +20,7 @@ from typing_extensions import override
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
+    RESULT_KEY,
     STEER_MARK,
     call_of,
     dispatch_event,
@@ -28,7 +29,7 @@ from loop_guard._langchain import (
     messages_of,
     result_of,
 )
-from loop_guard._values import Block, Call, LoopGuardAbort, Stop
+from loop_guard._values import Block, Call, LoopGuardAbort, Result, Stop
 from loop_guard.callbacks import announce, conversation_for
 
 RUNTIME_ARG = "loop_guard_runtime"
@@ -155,6 +156,22 @@ class GuardedTool(BaseTool):
         if isinstance(args, Mapping) and self.runtime_arg == RUNTIME_ARG and RUNTIME_ARG in args:
             args = {k: v for k, v in args.items() if k != RUNTIME_ARG}
             input = {**tool_call, "args": args} if tool_call is not None else args
+        try:
+            return self._judge(input, tool_call, args, runtime, config)
+        except LoopGuardAbort:
+            raise
+        except Exception as error:  # a fault of the guard: this call goes unguarded
+            self.guard.report_fault(None, error)
+            return _Decision(refusal=None, conversation=None, call=None, input=input)
+
+    def _judge(
+        self,
+        input: Any,
+        tool_call: ToolCall | None,
+        args: Any,
+        runtime: Any,
+        config: RunnableConfig | None,
+    ) -> _Decision:
         messages = messages_of(getattr(runtime, "state", None))
         conversation = conversation_for(self.guard, config, messages)
         if conversation is None:
@@ -187,17 +204,26 @@ class GuardedTool(BaseTool):
         return Call.of(self.name, args, id=call_id)
 
     def _record_error(self, decision: _Decision, error: BaseException) -> None:
-        if decision.conversation is not None and decision.call is not None:
+        if decision.conversation is None or decision.call is None:
+            return
+        try:
             self.guard.record_result(decision.conversation, decision.call, error_result(error))
+        except Exception as fault:
+            self.guard.report_fault(decision.conversation, fault)
 
     def _after(self, decision: _Decision, output: Any) -> Any:
         if decision.conversation is None or decision.call is None:
             return output
-        self.guard.record_result(decision.conversation, decision.call, result_of(output))
-        if not self.deliver_steer or _tool_message_of(output) is None:
+        try:
+            result = result_of(output)
+            self.guard.record_result(decision.conversation, decision.call, result)
+            if not self.deliver_steer or _tool_message_of(output) is None:
+                return output
+            steer = self.guard.take_steer(decision.conversation)
+            return output if steer is None else _with_steer(output, steer.message, result)
+        except Exception as error:  # a fault of the guard: the tool's output goes through
+            self.guard.report_fault(decision.conversation, error)
             return output
-        steer = self.guard.take_steer(decision.conversation)
-        return output if steer is None else _with_steer(output, steer.message)
 
 
 def guard_tools(
@@ -289,8 +315,12 @@ def _tool_message_of(output: Any) -> ToolMessage | None:
     return None
 
 
-def _with_steer(output: Any, steer: str) -> Any:
-    """The tool's output with the steer appended to its tool message."""
+def _with_steer(output: Any, steer: str, result: Result) -> Any:
+    """The tool's output with the steer appended to its tool message.
+
+    The message keeps the fingerprint of what the tool returned, so a replay of the
+    history counts the result, not the result plus the steer.
+    """
     if isinstance(output, ToolMessage):
         content = output.content
         steered = (
@@ -298,10 +328,14 @@ def _with_steer(output: Any, steer: str) -> Any:
             if isinstance(content, str)
             else [*content, {"type": "text", "text": steer}]
         )
-        return _marked(output.model_copy(update={"content": steered}), STEER_MARK)
+        metadata = {**output.response_metadata, RESULT_KEY: result.fingerprint}
+        message = output.model_copy(update={"content": steered, "response_metadata": metadata})
+        return _marked(message, STEER_MARK)
     if isinstance(output, Command) and isinstance(output.update, dict):
-        message = _tool_message_of(output)
-        messages = [_with_steer(m, steer) if m is message else m for m in output.update["messages"]]
+        found = _tool_message_of(output)
+        messages = [
+            _with_steer(m, steer, result) if m is found else m for m in output.update["messages"]
+        ]
         return Command(
             graph=output.graph,
             update={**output.update, "messages": messages},

@@ -152,14 +152,17 @@ def test_counters_do_not_leak_into_the_next_request() -> None:
         assert steers(messages) == []
 
 
-def test_exit_behavior_error_raises_loop_guard_abort() -> None:
-    """exit_behavior='error' surfaces the stop as an exception with its details."""
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_exit_behavior_error_raises_loop_guard_abort(mode: Mode) -> None:
+    """exit_behavior='error' raises once the history is complete: the thread stays valid."""
     agent, _, runs = build(stubborn(READ_NOTES), exit_behavior="error")
+    config = {"configurable": {"thread_id": "t1"}}
     with pytest.raises(LoopGuardAbort) as raised:
-        agent.invoke(ask(), {"configurable": {"thread_id": "t1"}})
+        run(agent, ask(), config, mode)
     assert raised.value.stop.kind == "abort"
     assert raised.value.stop.blocks == 3
     assert runs.counts["read_file"] == 4
+    assert_valid_history(agent.get_state(config).values["messages"])
 
 
 def test_use_terminate_ends_at_the_first_fully_blocked_response() -> None:

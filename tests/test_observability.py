@@ -105,7 +105,14 @@ def test_counters_through_the_middleware() -> None:
     assert (stats.calls, stats.warnings, stats.blocks, stats.aborts) == (14, 2, 6, 2)
     assert stats.terminations == 0
     assert stats.by_tool == {
-        "read_file": {"calls": 14, "warnings": 2, "blocks": 6, "aborts": 2, "terminations": 0}
+        "read_file": {
+            "calls": 14,
+            "warnings": 2,
+            "blocks": 6,
+            "aborts": 2,
+            "terminations": 0,
+            "errors": 0,
+        }
     }
 
 

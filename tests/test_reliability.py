@@ -1,0 +1,207 @@
+"""Hostile input, the guard's own faults, resumes and configuration abuse: nothing crashes."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import tool
+
+from loop_guard import (
+    Call,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardConfig,
+    LoopGuardMiddleware,
+    Result,
+    args_fingerprint,
+    result_fingerprint,
+)
+from loop_guard._langchain import replay
+from loop_guard.testing import ScriptedChatModel, sequence, stubborn
+
+from .agents import (
+    ToolRuns,
+    ask,
+    assert_valid_history,
+    blocked,
+    build_graph,
+    final_stop,
+    make_tools,
+)
+
+READ = ("read_file", {"path": "notes.md"})
+
+
+class Detached:
+    """An ORM-like object whose every attribute access raises."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"detached instance: {name}")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [Detached(), 10**5000, {"n": 10**5000}, [Detached()], {"x": float("nan")}],
+    ids=["detached", "huge-int", "huge-int-in-dict", "detached-in-list", "nan"],
+)
+def test_fingerprints_never_raise_on_hostile_values(value: Any) -> None:
+    """Objects that raise on access and ints beyond the digit limit are still encoded."""
+    assert args_fingerprint(value) == args_fingerprint(value)
+    assert result_fingerprint(value) == result_fingerprint(value)
+
+
+def test_a_hostile_tool_result_does_not_crash_the_agent() -> None:
+    """A tool returning blocks with objects that raise: the agent runs as without the guard."""
+
+    @tool
+    def lookup(key: str) -> list[dict[str, Any]]:
+        """Look a key up."""
+        return [{"type": "json", "json": {"row": Detached(), "big": 10**5000}}]
+
+    model = ScriptedChatModel(script=sequence([("lookup", {"key": "a"})], answer="ok"))
+    agent = create_agent(model, [lookup], middleware=[LoopGuardMiddleware()])
+    assert agent.invoke(ask())["messages"][-1].content == "ok"
+
+
+def test_a_blocked_last_call_does_not_let_the_loop_restart() -> None:
+    """[read, list] repeated: once `list` is blocked it stays blocked (SPEC §3.2, §4)."""
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(READ, ("list_dir", {"path": "."})))
+    agent = create_agent(model, make_tools(runs), middleware=[LoopGuardMiddleware()])
+    messages = agent.invoke(ask())["messages"]
+    assert runs.counts["list_dir"] == 4
+    assert final_stop(messages) is not None
+    assert_valid_history(messages)
+
+
+class FaultyEngine:
+    """The guard's engine, failing once as an internal bug would: on the first check of
+    a response after the streak reached 4 (the call that would be the first block)."""
+
+    def __init__(self, guard: LoopGuard) -> None:
+        self.inner, self.failed = guard.engine, False
+        guard.engine = self  # type: ignore[assignment]
+
+    def check_batch(self, state: Any, calls: Any) -> Any:
+        if state.streak >= 4 and not self.failed:
+            self.failed = True
+            raise RuntimeError("simulated guard bug")
+        return self.inner.check_batch(state, calls)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("face", ["middleware", "graph"])
+def test_a_fault_of_the_guard_fails_open_for_that_event_only(
+    face: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The faulty event runs unguarded, one ERROR is logged, an error event is emitted,
+    and the following events are judged normally."""
+    events: list[GuardEvent] = []
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(READ))
+    if face == "middleware":
+        middleware = LoopGuardMiddleware(on_event=events.append)
+        guard = middleware.guard
+        runnable: Any = create_agent(model, make_tools(runs), middleware=[middleware])
+    else:
+        guard = LoopGuard(on_event=events.append)
+        runnable = build_graph(model, make_tools(runs), guard)
+    FaultyEngine(guard)
+    with caplog.at_level(logging.ERROR, logger="loop_guard"):
+        messages = runnable.invoke(ask())["messages"]
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "simulated guard bug" in errors[0].getMessage() or errors[0].exc_info
+    assert [e.kind for e in events] == ["warn", "error", "block", "block", "block", "abort"]
+    # The middleware failed on the 5th call, which then ran unguarded; in the graph the
+    # node's check after the 4th result failed, and the wrapper blocked the 5th call.
+    assert runs.counts["read_file"] == (5 if face == "middleware" else 4)
+    assert final_stop(messages) is not None
+    assert guard.stats.errors == 1
+    assert_valid_history(messages)
+
+
+def test_replay_counts_the_result_not_the_steer_appended_to_it() -> None:
+    """A steered tool result keeps its original fingerprint for replays after a restart."""
+    guard = LoopGuard()
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(("list_dir", {"path": "."})))
+    graph = build_graph(model, make_tools(runs), guard, deliver_steer=True)
+    messages = graph.invoke(ask())["messages"]
+    steered = [m for m in messages if isinstance(m, ToolMessage) and "loop_guard_result" in
+               m.response_metadata]  # fmt: skip
+    assert len(steered) == 1
+    state = replay(guard.engine, None, messages[:9])  # through the 4th result
+    assert state.streak == 4
+
+
+def test_late_sibling_gets_its_settled_verdict() -> None:
+    """A sibling that asks after its batch was settled gets the same verdict again."""
+    guard = LoopGuard(abort_threshold=10)
+    for n in range(4):
+        call = Call.of("ls", {}, id=f"a{n}")
+        guard.check_call("t", call)
+        guard.record_result("t", call, Result.of("x"))
+    blocked_call, other = Call.of("ls", {}, id="b"), Call.of("cat", {}, id="c")
+    guard.check_batch("t", [blocked_call, other])
+    guard.record_result("t", other, Result.of("y"))  # settles the batch
+    assert type(guard.check_call("t", blocked_call)).__name__ == "Block"
+    assert guard.stats.blocks == 1
+
+
+def test_bad_environment_with_unrelated_arguments_disables(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bad environment is not the arguments' fault: disable and name the variable."""
+    monkeypatch.setenv("LOOP_GUARD_WARN_THRESHOLD", "7")
+    with caplog.at_level(logging.ERROR, logger="loop_guard"):
+        config = LoopGuard(abort_threshold=2).config
+    assert not config.enabled
+    assert "LOOP_GUARD_WARN_THRESHOLD=7" in caplog.text
+    with pytest.raises(ValueError, match="warn_threshold"):
+        LoopGuard(warn_threshold=9)  # the argument itself conflicts with the default block
+
+
+@pytest.mark.parametrize(
+    "raw", ["", " ", "-1", "0", "99999999999999999999", "abc", "TRUE", " 4 ", "4.0", "1e3"]
+)
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "LOOP_GUARD_ENABLED",
+        "LOOP_GUARD_WARN_THRESHOLD",
+        "LOOP_GUARD_BLOCK_THRESHOLD",
+        "LOOP_GUARD_ABORT_THRESHOLD",
+        "LOOP_GUARD_IGNORE_TOOLS",
+        "LOOP_GUARD_IGNORE_ERRORS",
+        "LOOP_GUARD_USE_TERMINATE",
+    ],
+)
+def test_configuration_abuse_never_crashes(variable: str, raw: str) -> None:
+    """Every variable with odd values: a valid config or a disabled guard, never an error."""
+    config = LoopGuardConfig.from_env({variable: raw})
+    assert isinstance(config, LoopGuardConfig)
+    if variable.endswith("THRESHOLD") and raw.strip().isdigit() and int(raw) >= 1:
+        big_warn = variable.endswith("WARN_THRESHOLD") and int(raw) >= 5
+        small_block = variable.endswith("BLOCK_THRESHOLD") and int(raw) <= 3
+        assert config.enabled is not (big_warn or small_block)
+    guard = LoopGuard(config)
+    call = Call.of("x", {})
+    guard.check_call("t", call)
+    guard.record_result("t", call, Result.of("r"))
+
+
+def test_blocked_history_from_a_mixed_batch_stays_valid_in_the_graph() -> None:
+    """Siblings of the stopping call that never ran are answered as not run."""
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(READ, ("list_dir", {"path": "."})))
+    messages = build_graph(model, make_tools(runs), LoopGuard()).invoke(ask())["messages"]
+    assert runs.counts["list_dir"] == 4
+    assert len(blocked(messages)) >= 3
+    assert_valid_history(messages)
