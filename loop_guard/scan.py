@@ -81,9 +81,14 @@ class Report:
             "first_block": None if block is None else block.call_index,
             "stop": None if stop is None else {"call": stop.call_index, "kind": stop.event.kind},
             "findings": [
-                {"call": f.call_index, **dataclasses.asdict(f.event)} for f in self.findings
+                {"call": f.call_index, **_without_conversation(dataclasses.asdict(f.event))}
+                for f in self.findings
             ],
         }
+
+
+def _without_conversation(event: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in event.items() if key != "conversation"}
 
 
 def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Report:
@@ -284,11 +289,12 @@ def run_scan(
     *,
     thread: str | None = None,
     as_json: bool = False,
-    out: TextIO = sys.stdout,
-    err: TextIO = sys.stderr,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
     """Scan files; 0 when the guard would not have stepped in, 1 when it would, 2 when a
     file could not be read (each such file is named with the reason)."""
+    out, err = out or sys.stdout, err or sys.stderr
     reports: list[Report] = []
     unreadable = False
     progress = err.isatty() and len(paths) > 1
