@@ -19,6 +19,7 @@ confused with plain strings of the same text:
 | Enum member | `{"$enum":"<Class>.<NAME>"}` |
 | pydantic model | its `model_dump(mode="json")`, under `{"$model":"<Class>","fields":...}` |
 | dataclass instance | `{"$dataclass":"<Class>","fields":{...}}` |
+| numpy array or scalar (anything with `tolist()`) | its `tolist()` |
 | mapping with non-string keys | `{"$map":[[key, value], ...]}`, pairs sorted by encoding |
 | a container already being encoded | `{"$cycle":true}` (no crash, no hang) |
 | nesting deeper than 100 levels | `{"$deep":true}` below that level |
@@ -151,6 +152,8 @@ def _encode_other(value: Any, out: list[str], depth: int, active: set[int]) -> N
         _encode_record("$dataclass", value, fields, out, depth, active)
     elif _is_pydantic_model(value):
         _encode_record("$model", value, _pydantic_fields(value), out, depth, active)
+    elif callable(getattr(type(value), "tolist", None)):  # numpy arrays and scalars
+        _encode(value.tolist(), out, depth + 1, active)
     else:
         out.append(
             f'{{"$object":{_encode_str(_qualname(type(value)))},'

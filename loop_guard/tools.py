@@ -113,7 +113,7 @@ class GuardedTool(BaseTool):
                 _block_message.reset(token)
         try:
             output = self.inner.invoke(decision.input, config, **kwargs)
-        except Exception as error:
+        except BaseException as error:  # cancelled too: an error result, as the handler sees it
             self._record_error(decision, error)
             raise
         return self._after(decision, output)
@@ -136,7 +136,7 @@ class GuardedTool(BaseTool):
             return _marked(output, BLOCK_MARK)
         try:
             output = await self.inner.ainvoke(decision.input, config, **kwargs)
-        except Exception as error:
+        except BaseException as error:  # cancelled too: an error result, as the handler sees it
             self._record_error(decision, error)
             raise
         return self._after(decision, output)

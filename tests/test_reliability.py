@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, ToolException, tool
+from langgraph.types import Command
 
 from loop_guard import (
     Call,
@@ -18,6 +22,7 @@ from loop_guard import (
     LoopGuardMiddleware,
     Result,
     args_fingerprint,
+    guard_tools,
     result_fingerprint,
 )
 from loop_guard._langchain import replay
@@ -205,3 +210,154 @@ def test_blocked_history_from_a_mixed_batch_stays_valid_in_the_graph() -> None:
     assert runs.counts["list_dir"] == 4
     assert len(blocked(messages)) >= 3
     assert_valid_history(messages)
+
+
+# Hypothesis: arbitrary JSON-like and non-JSON args and results never make the guard raise.
+leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text()
+    | st.binary()
+    | st.decimals()
+    | st.datetimes()
+    | st.builds(Detached)
+    | st.builds(object)
+)
+hostile = st.recursive(
+    leaves,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.frozensets(st.integers() | st.text(max_size=3), max_size=3)
+        | st.dictionaries(st.text(max_size=4) | st.integers(), children, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(args=hostile, result=hostile, is_error=st.booleans())
+def test_arbitrary_values_never_make_the_guard_raise(
+    args: Any, result: Any, is_error: bool
+) -> None:
+    """Any args and any result: fingerprints are stable and every decision is made."""
+    assert args_fingerprint(args) == args_fingerprint(args)
+    guard = LoopGuard(warn_threshold=1, block_threshold=2)
+    for _ in range(3):
+        call = Call.of("tool", args)
+        verdict = guard.check_call("t", call)
+        if type(verdict).__name__ == "Proceed":
+            guard.record_result("t", call, Result.of(result, is_error=is_error))
+
+
+def test_numpy_arrays_compare_by_content() -> None:
+    """Arrays are encoded through tolist(): equal content is the same argument."""
+    np = pytest.importorskip("numpy")
+    assert args_fingerprint({"a": np.arange(3)}) == args_fingerprint({"a": [0, 1, 2]})
+    assert args_fingerprint(np.zeros(2000)) != args_fingerprint(np.ones(2000))
+    assert args_fingerprint(np.float64(2.0)) == args_fingerprint(2)
+
+
+def test_a_100_mb_result_costs_bounded_memory() -> None:
+    """Hashing a 100 MB result allocates a small, fixed amount beside it."""
+    import tracemalloc
+
+    text = "x" * 100_000_000
+    tracemalloc.start()
+    try:
+        Result.of(text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000
+
+
+def test_deep_args_and_odd_results_through_a_wrapped_tool() -> None:
+    """Deeply nested args (as deep as LangChain itself can print) and a result with a lone
+    surrogate: the tool gets its args unchanged and the repeats are blocked."""
+    deep: list[Any] = []
+    node = deep
+    for _ in range(300):
+        child: list[Any] = []
+        node.append(child)
+        node = child
+    seen: list[Any] = []
+
+    @tool
+    def echo(payload: Any) -> str:
+        """Echo."""
+        seen.append(payload)
+        return "\ud800 lone surrogate"
+
+    guard = LoopGuard()
+    [wrapped] = guard_tools([echo], guard)
+    for n in range(6):
+        call = {"name": "echo", "args": {"payload": deep}, "id": f"c{n}", "type": "tool_call"}
+        wrapped.invoke(call, {"configurable": {"thread_id": "deep"}})
+    assert len(seen) == 4  # the 5th and 6th identical calls were blocked
+    assert seen[0] is deep
+
+
+def test_none_and_command_results_are_results() -> None:
+    """A tool returning None, or a Command, is recorded like any other result."""
+
+    from langgraph.types import Command
+
+    @tool
+    def nothing() -> None:
+        """Returns nothing."""
+
+    @tool
+    def command(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+        """Returns a Command."""
+        return Command(update={"messages": [ToolMessage("done", tool_call_id=tool_call_id)]})
+
+    guard = LoopGuard(warn_threshold=2, block_threshold=3)
+    for wrapped in guard_tools([nothing, command], guard):
+        outputs = [
+            wrapped.invoke(
+                {"name": wrapped.name, "args": {}, "id": f"{wrapped.name}{n}", "type": "tool_call"},
+                {"configurable": {"thread_id": wrapped.name}},
+            )
+            for n in range(3)
+        ]
+        last = outputs[-1]
+        assert isinstance(last, ToolMessage)
+        assert last.status == "error"
+
+
+def test_a_cancelled_tool_counts_like_an_error_result() -> None:
+    """Cancelled mid-call (asyncio): recorded as an error result, so repeated cancellations
+    are steered and blocked exactly like repeated failures."""
+    import asyncio
+
+    @tool
+    async def slow(job: str) -> str:
+        """Waits."""
+        await asyncio.sleep(10)
+        return "never"
+
+    def decisions(runner: Any) -> list[str]:
+        events: list[GuardEvent] = []
+        guard = LoopGuard(on_event=events.append)
+        [wrapped] = guard_tools([runner], guard)
+        for n in range(5):
+            call = {"name": runner.name, "args": {"job": "a"}, "id": f"c{n}", "type": "tool_call"}
+            config = {"configurable": {"thread_id": "t"}}
+
+            async def attempt(call: Any = call, config: Any = config) -> None:
+                await asyncio.wait_for(wrapped.ainvoke(call, config), timeout=0.02)
+
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                asyncio.run(attempt())
+        return [e.kind for e in events]
+
+    @tool
+    async def failing(job: str) -> str:
+        """Fails."""
+        raise ToolException("always")
+
+    failing.handle_tool_error = True
+    assert decisions(slow) == decisions(failing) == ["warn", "block"]
