@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -187,3 +191,18 @@ def build_graph(
     builder.add_conditional_edges("model", tools_condition)
     builder.add_edge("tools", "loop_guard")
     return builder.compile(checkpointer=checkpointer, interrupt_before=interrupt_before)
+
+
+WORKER = Path(__file__).with_name("worker.py")
+
+
+def run_worker(database: Path, face: str, action: str, steps: int = 1000) -> list[str]:
+    """Drive thread `t` of a SQLite database from a new process; its final timeline."""
+    done = subprocess.run(
+        [sys.executable, str(WORKER), str(database), "t", face, action, str(steps)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -313,29 +309,3 @@ def test_a_failing_tool_counts_as_an_error_result() -> None:
     assert len(blocked(messages)) == 3
     assert "disk on fire" in str(messages[2].content)
     assert_valid_history(messages)
-
-
-WORKER = Path(__file__).with_name("resume_worker.py")
-
-
-def _worker(database: Path, face: str, steps: int) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, str(WORKER), str(database), "t", str(steps), face],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
-@pytest.mark.parametrize("steps", [2, 4, 5])
-def test_graph_resumes_from_sqlite_in_a_new_process(tmp_path: Path, steps: int) -> None:
-    """A thread continued by a second process decides exactly like one uninterrupted run."""
-    whole = _worker(tmp_path / "one.sqlite", "graph", 100)
-    first = _worker(tmp_path / "two.sqlite", "graph", steps)
-    second = _worker(tmp_path / "two.sqlite", "graph", 100)
-    assert len(first) < len(second)
-    assert second == whole
-    assert sum(line.startswith("human[loop_guard]") for line in whole) == 1
-    assert whole[-1].startswith("ai[loop_guard]:Stopped by loop_guard")

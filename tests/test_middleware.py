@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -382,39 +379,6 @@ def test_explicit_config_mistakes_raise_at_once() -> None:
     with pytest.raises(ValueError, match="exit_behavior"):
         LoopGuardMiddleware(exit_behavior="explode")  # type: ignore[arg-type]
     assert LoopGuardMiddleware(LoopGuardConfig(block_threshold=9)).guard.config.block_threshold == 9
-
-
-WORKER = Path(__file__).with_name("resume_worker.py")
-
-
-def _worker(database: Path, thread: str, steps: int) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, str(WORKER), str(database), thread, str(steps)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
-def test_resume_from_sqlite_in_a_new_process_mid_streak(tmp_path: Path) -> None:
-    """Two processes sharing a SQLite checkpoint decide exactly like one uninterrupted run."""
-    whole = _worker(tmp_path / "one.sqlite", "t", 100)
-    first = _worker(tmp_path / "two.sqlite", "t", 3)  # stops mid-streak, before the steer
-    second = _worker(tmp_path / "two.sqlite", "t", 100)
-    assert len(first) < len(second)
-    assert second == whole
-    assert any("LOOP GUARD: you have called" in line for line in whole)
-    assert whole[-1].startswith("ai[loop_guard]:Stopped by loop_guard")
-
-
-def test_resume_worker_history_is_valid(tmp_path: Path) -> None:
-    """The worker's recorded timeline is what the agent produced (sanity check)."""
-    lines = _worker(tmp_path / "x.sqlite", "t", 100)
-    assert (
-        sum(line.startswith("tool:error:LOOP GUARD: this call was blocked") for line in lines) == 3
-    )
 
 
 def test_tool_messages_for_blocks_are_marked() -> None:
