@@ -9,7 +9,7 @@ from the thread's history). ACTION is
 - `step`: pause before every tool step and resume at most STEPS times (a new request
   when the thread is empty);
 - `request`: run one new request to the end;
-- `slow`: like `request`, with tools that take 0.2 s (a process to kill mid-run);
+- `slow`: like `request`, with tools that take 0.4 s (a process to kill mid-run);
 - `continue`: resume whatever the thread left unfinished, to the end.
 
 The worker prints the thread's timeline as JSON on its last line.
@@ -37,7 +37,7 @@ def main(database: str, thread: str, face: str, action: str, steps: int) -> None
 
     class Slow(ToolRuns):
         def hit(self, name: str) -> None:
-            time.sleep(0.2)
+            time.sleep(0.4)
             super().hit(name)
 
     checkpointer = SqliteSaver(sqlite3.connect(database, check_same_thread=False))
@@ -59,6 +59,10 @@ def main(database: str, thread: str, face: str, action: str, steps: int) -> None
     config = {"configurable": {"thread_id": thread}}
     if action in ("request", "slow") or not agent.get_state(config).values:
         agent.invoke(ask(), config)
+    elif action == "continue":
+        # A killed run may leave a step whose writes were saved but whose successors were
+        # not scheduled yet (`next` looks empty): resuming once picks it up.
+        agent.invoke(None, config)
     for _ in range(steps if action == "step" else 1000):
         if not agent.get_state(config).next:
             break
