@@ -205,12 +205,9 @@ def stop_messages(
     return [*pending, AIMessage(content=stop.message, name=GUARD_NAME)]
 
 
-def messages_of(state: Any) -> Sequence[BaseMessage]:
+def messages_of(state: Any, key: str = "messages") -> Sequence[BaseMessage]:
     """The messages of a graph state: a `MessagesState`-like mapping, object or list."""
-    if isinstance(state, Mapping):
-        messages = state.get("messages", ())
-    else:
-        messages = getattr(state, "messages", state)
+    messages = state.get(key, ()) if isinstance(state, Mapping) else getattr(state, key, state)
     return messages if isinstance(messages, Sequence) else ()
 
 

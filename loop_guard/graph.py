@@ -43,6 +43,7 @@ class LoopGuardNode:
     Args:
         guard: The `LoopGuard` holding the conversations' state.
         next_node: Where to go when the request continues (usually the model node).
+        messages_key: The state key holding the messages (as `ToolNode(messages_key=...)`).
 
     Example:
         ```python
@@ -58,7 +59,9 @@ class LoopGuardNode:
         ```
     """
 
-    def __init__(self, guard: LoopGuard, *, next_node: str = "model") -> None:
+    def __init__(
+        self, guard: LoopGuard, *, next_node: str = "model", messages_key: str = "messages"
+    ) -> None:
         """Create the node; see the class docstring."""
         given: object = guard  # checked at run time: callers may be untyped
         if not isinstance(given, LoopGuard):
@@ -67,14 +70,18 @@ class LoopGuardNode:
         if not isinstance(next_node, str) or not next_node:
             msg = f"next_node must be a node name, got {next_node!r}"
             raise ValueError(msg)
+        if not isinstance(messages_key, str) or not messages_key:
+            msg = f"messages_key must be a state key, got {messages_key!r}"
+            raise ValueError(msg)
         self.guard = guard
         self.next_node = next_node
+        self.messages_key = messages_key
         guard.subscribe(dispatch_event)
 
     def __call__(self, state: Any, config: RunnableConfig) -> Command[Any]:
         """Record the last batch; continue with a steer if due, or end the request."""
         try:
-            return self._route(messages_of(state), config)
+            return self._route(messages_of(state, self.messages_key), config)
         except Exception as error:  # a fault of the guard: the agent goes on unguarded
             self.guard.report_fault(None, error)
             return Command(goto=self.next_node)
@@ -108,10 +115,10 @@ class LoopGuardNode:
         if stop is not None:
             answered = {answer.tool_call_id for answer in answers}
             ending = stop_messages(ai_message, answered, stop)
-            return Command(goto=END, update={"messages": [*corrections, *ending]})
+            return Command(goto=END, update={self.messages_key: [*corrections, *ending]})
         steer = self.guard.take_steer(conversation)
         if steer is not None:
             corrections.append(HumanMessage(content=steer.message, name=_messages.GUARD_NAME))
         if not corrections:
             return Command(goto=self.next_node)
-        return Command(goto=self.next_node, update={"messages": corrections})
+        return Command(goto=self.next_node, update={self.messages_key: corrections})

@@ -62,6 +62,7 @@ class GuardedTool(BaseTool):
     inner: BaseTool
     guard: LoopGuard
     deliver_steer: bool = True
+    messages_key: str = "messages"
     runtime_arg: str = RUNTIME_ARG
     handle_tool_error: bool = True  # a block must never crash the run
 
@@ -172,7 +173,7 @@ class GuardedTool(BaseTool):
         runtime: Any,
         config: RunnableConfig | None,
     ) -> _Decision:
-        messages = messages_of(getattr(runtime, "state", None))
+        messages = messages_of(getattr(runtime, "state", None), self.messages_key)
         conversation = conversation_for(self.guard, config, messages)
         if conversation is None:
             return _Decision(refusal=None, conversation=None, call=None, input=input)
@@ -227,7 +228,11 @@ class GuardedTool(BaseTool):
 
 
 def guard_tools(
-    tools: Sequence[BaseTool], guard: LoopGuard, *, deliver_steer: bool = True
+    tools: Sequence[BaseTool],
+    guard: LoopGuard,
+    *,
+    deliver_steer: bool = True,
+    messages_key: str = "messages",
 ) -> list[BaseTool]:
     """Wrap tools so that the guard can refuse a repeated call before it runs.
 
@@ -248,6 +253,8 @@ def guard_tools(
         deliver_steer: Append the steer message to the tool result that completes a
             streak (the model reads it there). Pass `False` when a `LoopGuardNode`
             delivers it as a message of its own.
+        messages_key: The graph state key holding the messages (as
+            `ToolNode(messages_key=...)`).
 
     Returns:
         The wrapped tools, in the same order.
@@ -273,6 +280,7 @@ def guard_tools(
                 inner=tool,
                 guard=guard,
                 deliver_steer=deliver_steer,
+                messages_key=messages_key,
                 runtime_arg=runtime_arg,
                 name=tool.name,
                 description=tool.description,

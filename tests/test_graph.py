@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import operator
 import threading
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt import ToolNode, tools_condition
 
-from loop_guard import GuardEvent, LoopGuard, LoopGuardAbort, LoopGuardCallbackHandler, guard_tools
+from loop_guard import (
+    GuardEvent,
+    LoopGuard,
+    LoopGuardAbort,
+    LoopGuardCallbackHandler,
+    LoopGuardNode,
+    guard_tools,
+)
 from loop_guard.testing import ScriptedChatModel, obedient, sequence, stubborn, tool_calls_message
 
 from .agents import (
@@ -309,3 +320,32 @@ def test_a_failing_tool_counts_as_an_error_result() -> None:
     assert len(blocked(messages)) == 3
     assert "disk on fire" in str(messages[2].content)
     assert_valid_history(messages)
+
+
+class ChatState(TypedDict):
+    """A graph state that keeps its messages under `chat`."""
+
+    chat: Annotated[list[AnyMessage], add_messages]
+    turns: Annotated[int, operator.add]
+
+
+def test_a_state_with_its_own_messages_key() -> None:
+    """With messages under another key, requests are still told apart (SPEC §5)."""
+    guard = LoopGuard()
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
+    builder = StateGraph(ChatState)
+    builder.add_node("model", lambda state: {"chat": [model.invoke(state["chat"])], "turns": 1})
+    tools = guard_tools(make_tools(runs), guard, deliver_steer=False, messages_key="chat")
+    builder.add_node("tools", ToolNode(tools, messages_key="chat"))
+    node = LoopGuardNode(guard, messages_key="chat")
+    builder.add_node("loop_guard", node, destinations=("model", END))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", lambda s: tools_condition(s, messages_key="chat"))
+    builder.add_edge("tools", "loop_guard")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    for request in (1, 2):
+        chat = graph.invoke({"chat": [HumanMessage("go")]}, THREAD)["chat"]
+        assert runs.counts["read_file"] == 4 * request
+        assert final_stop(chat) is not None
+        assert len(blocked(current_request(chat))) == 3
