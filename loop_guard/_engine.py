@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, NamedTuple, final
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
@@ -25,10 +25,8 @@ _IGNORED = "ignored"  # a result the guard does not see (ignored tool or error)
 _UNANSWERED = (None, _ALLOWED)
 
 
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Entry:
-    """A call of the open batch and what became of it so far."""
+class _Entry(NamedTuple):
+    """A call of the open batch and what became of it so far (a tuple: made often)."""
 
     call: Call
     outcome: str | None = None  # None, one of the outcomes above, or a result fingerprint
@@ -45,11 +43,13 @@ class Step:
 
 
 @final
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RequestState:
     """Everything the guard remembers about one request of one conversation.
 
-    Immutable; `to_dict`/`from_dict` give a JSON-safe form for checkpointing.
+    Treated as immutable: the engine never changes a state, every transition returns a
+    new one (not `frozen=True` only because frozen construction doubles the cost of a
+    step). `to_dict`/`from_dict` give a JSON-safe form for checkpointing.
     """
 
     request_id: str | None = None
@@ -152,7 +152,7 @@ class Engine:
             return state, ()
         state, decisions = self._settle(state)
         entries = tuple(_Entry(call=c) for c in fresh)
-        return dataclasses.replace(state, batch=entries, batch_explicit=True), decisions
+        return _evolve(state, batch=entries, batch_explicit=True), decisions
 
     def check_call(self, state: RequestState, call: Call) -> Verdict:
         """Decide, before it runs, whether `call` may run (SPEC §3.2).
@@ -189,7 +189,7 @@ class Engine:
         if not repeat or state.streak < config.block_threshold - 1:
             proceed = Proceed(call=call)
             return _set_outcome(state, call, _ALLOWED), proceed, (*decisions, proceed)
-        state = dataclasses.replace(state, blocks=state.blocks + 1)
+        state = _evolve(state, blocks=state.blocks + 1)
         state = _set_outcome(state, call, _BLOCKED)
         block = self._block(state, call, _block_text(state, call))
         if state.blocks >= config.abort_threshold:
@@ -253,7 +253,7 @@ class Engine:
         steer = Steer(
             call=call, message=_messages.steer_text(call.tool, state.streak), streak=state.streak
         )
-        return dataclasses.replace(state, steer_pending=False), steer
+        return _evolve(state, steer_pending=False), steer
 
     def stop_of(self, state: RequestState) -> Stop | None:
         """The `Stop` that ended this request, if it has ended."""
@@ -269,7 +269,7 @@ class Engine:
         decisions: tuple[Decision, ...] = ()
         if state.batch_explicit or _complete(state):
             state, decisions = self._settle(state)
-        return dataclasses.replace(state, batch=(*state.batch, _Entry(call=call))), decisions
+        return _evolve(state, batch=(*state.batch, _Entry(call=call))), decisions
 
     def _block(self, state: RequestState, call: Call, message: str) -> Block:
         return Block(call=call, message=message, streak=state.streak, blocks=state.blocks)
@@ -284,7 +284,7 @@ class Engine:
             return state, ()
         config = self.config
         entries = state.batch
-        state = dataclasses.replace(
+        state = _evolve(
             state,
             batch=(),
             batch_explicit=False,
@@ -304,12 +304,12 @@ class Engine:
         entry = visible[-1]
         step = Step(tool=entry.call.tool, args=entry.call.fingerprint, result=str(entry.outcome))
         if step == state.last:
-            state = dataclasses.replace(state, streak=state.streak + 1)
+            state = _evolve(state, streak=state.streak + 1)
         else:
-            state = dataclasses.replace(state, last=step, streak=1, warned=False)
+            state = _evolve(state, last=step, streak=1, warned=False)
         if state.streak < config.warn_threshold or state.warned:
             return state, ()
-        state = dataclasses.replace(state, warned=True, steer_pending=True)
+        state = _evolve(state, warned=True, steer_pending=True)
         steer = Steer(
             call=entry.call,
             message=_messages.steer_text(step.tool, state.streak),
@@ -336,6 +336,27 @@ def _find(state: RequestState, call_id: str) -> _Entry | None:
 
 def _complete(state: RequestState) -> bool:
     return all(entry.outcome not in _UNANSWERED for entry in state.batch)
+
+
+def _evolve(state: RequestState, **changes: Any) -> RequestState:
+    """A new state with some fields changed (`dataclasses.replace`, spelled out: it runs
+    several times per step, and the generic version costs more than the rest)."""
+    clone = RequestState(
+        request_id=state.request_id,
+        last=state.last,
+        streak=state.streak,
+        warned=state.warned,
+        blocks=state.blocks,
+        steer_pending=state.steer_pending,
+        stopped=state.stopped,
+        stop_tool=state.stop_tool,
+        batch=state.batch,
+        batch_explicit=state.batch_explicit,
+        settled=state.settled,
+    )
+    for name, value in changes.items():
+        setattr(clone, name, value)
+    return clone
 
 
 def _settled(state: RequestState, call_id: str) -> _Entry | None:
@@ -368,9 +389,9 @@ def _set_outcome(state: RequestState, call: Call, outcome: str) -> RequestState:
         else e
         for e in state.batch
     )
-    return dataclasses.replace(state, batch=batch)
+    return _evolve(state, batch=batch)
 
 
 def _stopped(state: RequestState, kind: StopKind, tool: str) -> RequestState:
     # A stop drops any steer still queued: the model will not be called again.
-    return dataclasses.replace(state, stopped=kind, stop_tool=tool, steer_pending=False)
+    return _evolve(state, stopped=kind, stop_tool=tool, steer_pending=False)
