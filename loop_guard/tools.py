@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
@@ -107,16 +108,10 @@ class GuardedTool(BaseTool):
         """Run the wrapped tool, unless the guard refuses the call."""
         decision = self._decide(input, config)
         if decision.refusal is not None:
-            token = _block_message.set(decision.refusal)
-            try:
+            with _refusing(decision.refusal):
                 return _marked(super().invoke(decision.input, config, **kwargs), BLOCK_MARK)
-            finally:
-                _block_message.reset(token)
-        try:
+        with self._recording_failure(decision):
             output = self.inner.invoke(decision.input, config, **kwargs)
-        except BaseException as error:  # cancelled too: an error result, as the handler sees it
-            self._record_error(decision, error)
-            raise
         return self._after(decision, output)
 
     @override
@@ -129,17 +124,10 @@ class GuardedTool(BaseTool):
         """Async twin of `invoke`: the wrapped tool's own async path runs."""
         decision = self._decide(input, config)
         if decision.refusal is not None:
-            token = _block_message.set(decision.refusal)
-            try:
-                output = await super().ainvoke(decision.input, config, **kwargs)
-            finally:
-                _block_message.reset(token)
-            return _marked(output, BLOCK_MARK)
-        try:
+            with _refusing(decision.refusal):
+                return _marked(await super().ainvoke(decision.input, config, **kwargs), BLOCK_MARK)
+        with self._recording_failure(decision):
             output = await self.inner.ainvoke(decision.input, config, **kwargs)
-        except BaseException as error:  # cancelled too: an error result, as the handler sees it
-            self._record_error(decision, error)
-            raise
         return self._after(decision, output)
 
     @override
@@ -204,13 +192,19 @@ class GuardedTool(BaseTool):
             args = {key: value for key, value in args.items() if key in self._model_arg_names}
         return Call.of(self.name, args, id=call_id)
 
-    def _record_error(self, decision: _Decision, error: BaseException) -> None:
-        if decision.conversation is None or decision.call is None:
-            return
+    @contextlib.contextmanager
+    def _recording_failure(self, decision: _Decision) -> Iterator[None]:
+        """A tool that raises, or is cancelled, has an error result, as the handler sees it."""
         try:
-            self.guard.record_result(decision.conversation, decision.call, error_result(error))
-        except Exception as fault:
-            self.guard.report_fault(decision.conversation, fault)
+            yield
+        except BaseException as error:
+            if decision.conversation is not None and decision.call is not None:
+                try:
+                    result = error_result(error)
+                    self.guard.record_result(decision.conversation, decision.call, result)
+                except Exception as fault:
+                    self.guard.report_fault(decision.conversation, fault)
+            raise
 
     def _after(self, decision: _Decision, output: Any) -> Any:
         if decision.conversation is None or decision.call is None:
@@ -308,6 +302,16 @@ def _with_runtime_field(schema: type[BaseModel]) -> type[BaseModel]:
         "__module__": schema.__module__,
     }
     return type(schema.__name__, (schema,), namespace)
+
+
+@contextlib.contextmanager
+def _refusing(message: str) -> Iterator[None]:
+    """While set, the wrapper's own `_run`/`_arun` raise the block message."""
+    token = _block_message.set(message)
+    try:
+        yield
+    finally:
+        _block_message.reset(token)
 
 
 def _is_tool_call(value: Any) -> bool:
