@@ -284,12 +284,14 @@ class Engine:
             return state, ()
         config = self.config
         entries = state.batch
-        state = _evolve(
-            state,
-            batch=(),
-            batch_explicit=False,
-            settled=entries,
+        # Late siblings only need ids and outcomes: the args are not kept alive.
+        settled = tuple(
+            _Entry(Call(tool=e.call.tool, fingerprint=e.call.fingerprint, id=e.call.id), e.outcome)
+            if e.call.args is not None
+            else e
+            for e in entries
         )
+        state = _evolve(state, batch=(), batch_explicit=False, settled=settled)
         if state.stopped is not None:  # the request is over: nothing more to count
             return state, ()
         if config.use_terminate and all(e.outcome == _BLOCKED for e in entries):

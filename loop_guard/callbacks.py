@@ -212,9 +212,10 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
             parent = self._parents.pop(run_id, None)
             conversation = self._conversations.pop(run_id, None)
             self._tools.pop(run_id, None)
-        if parent is None and conversation is None:
-            # A top-level run outside any thread is its own conversation: it is over.
-            self.guard.end_request(f"run:{run_id}")
+        if parent is None:
+            # A top-level run has ended: free its conversation. A thread that goes on later
+            # (a new request, or a resume after an interrupt) is rebuilt from its history.
+            self.guard.end_request(conversation or f"run:{run_id}")
 
 
 def announce(guard: LoopGuard, conversation: str, messages: Sequence[BaseMessage]) -> None:

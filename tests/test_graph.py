@@ -349,3 +349,18 @@ def test_a_state_with_its_own_messages_key() -> None:
         assert runs.counts["read_file"] == 4 * request
         assert final_stop(chat) is not None
         assert len(blocked(current_request(chat))) == 3
+
+
+def test_the_handler_frees_a_thread_when_its_run_ends() -> None:
+    """Memory goes back to baseline; the next request on the thread still starts fresh and
+    an interrupted request would be rebuilt from the thread's history."""
+    guard = LoopGuard()
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
+    graph = build_graph(model, make_tools(runs), guard, checkpointer=InMemorySaver())
+    config = {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]}
+    for request in (1, 2):
+        messages = graph.invoke(ask(), config)["messages"]
+        assert guard._states == {}
+        assert runs.counts["read_file"] == 4 * request
+        assert len(blocked(current_request(messages))) == 3

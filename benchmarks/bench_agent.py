@@ -1,0 +1,213 @@
+"""2. Agent overhead: a healthy scripted run with and without the guard, beside the peer.
+
+A `create_agent` run of N distinct tool calls (an instant scripted model), with no
+middleware, with `LoopGuardMiddleware`, with LangChain's `ToolCallLimitMiddleware`
+(limits set high, so it only counts: the built-in peer doing comparable bookkeeping),
+and with a do-nothing middleware that has the same four hooks as ours (the price of the
+hooks alone). Then the hand-built graph: without a guard, with the node and the wrapped
+tools, and with the node, the wrapped tools and the callback handler.
+
+What a guard *adds* is measured per round (variant minus the unguarded run of the same
+round) and the median over rounds is taken. The guard's own CPU time inside the run is
+measured too (see `_agents.Timed*`), which is far less noisy than the wall time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from _agents import (
+    Meter,
+    NullAfterModel,
+    NullHooks,
+    Scripted,
+    TimedHandler,
+    TimedMiddleware,
+    TimedToolCallLimit,
+    Toolbox,
+    agent_with,
+    ask,
+    config_for,
+    graph_with,
+    healthy,
+    interventions,
+    run_invoke,
+    set_meter,
+)
+from _harness import (
+    Scale,
+    Section,
+    Target,
+    interleave,
+    median,
+    paired_added,
+    quartiles,
+    ratio,
+    us,
+)
+
+from loop_guard import LoopGuard
+
+_threads = itertools.count(1)
+
+
+Build = Callable[[Scripted, Toolbox], tuple[Any, list[Any]]]
+"""Builds the runnable for a script and a toolbox; returns it and the run's callbacks."""
+
+
+class Variant:
+    """One way of running the healthy agent; each call builds it afresh and times a run."""
+
+    def __init__(self, name: str, build: Build, steps: int) -> None:
+        self.name = name
+        self.build = build
+        self.steps = steps
+        self.guard_cpu: list[float] = []  # median guard CPU per step, one per run
+        self.problems: list[str] = []
+
+    def __call__(self) -> float:
+        meter = Meter()
+        box = Toolbox()
+        script = healthy(self.steps, meter)
+        runnable, callbacks = self.build(script, box)
+        config = config_for(f"t{next(_threads)}", limit=100_000, callbacks=callbacks)
+        set_meter(meter)
+        try:
+            start = time.perf_counter()
+            messages, ended = run_invoke(runnable, ask(), config)
+            elapsed = time.perf_counter() - start
+        finally:
+            set_meter(None)
+        wrong = interventions(messages, box, script)
+        if ended != "completed" or wrong:
+            self.problems.append(f"{ended}, {wrong} interventions")
+        self.guard_cpu.append(median(meter.steps(1, self.steps + 1)))
+        return elapsed
+
+
+def _agent(middleware: Callable[[], list[Any]]) -> Build:
+    return lambda script, box: (agent_with(script, box, middleware()), [])
+
+
+def _graph(*, guarded: bool, handler: bool) -> Build:
+    def build(script: Scripted, box: Toolbox) -> tuple[Any, list[Any]]:
+        guard = LoopGuard() if guarded else None
+        callbacks = [TimedHandler(guard)] if handler and guard is not None else []
+        return graph_with(script, box, guard), callbacks
+
+    return build
+
+
+def variants(steps: int) -> list[Variant]:
+    high = 10_000_000
+    builds: dict[str, Build] = {
+        "agent: no middleware": _agent(list),
+        "agent: LoopGuardMiddleware": _agent(lambda: [TimedMiddleware()]),
+        "agent: ToolCallLimitMiddleware (peer)": _agent(
+            lambda: [TimedToolCallLimit(run_limit=high, thread_limit=high)]
+        ),
+        "agent: do-nothing middleware, our 4 hooks": _agent(lambda: [NullHooks()]),
+        "agent: do-nothing middleware, the peer's 1 hook": _agent(lambda: [NullAfterModel()]),
+        "graph: no guard": _graph(guarded=False, handler=False),
+        "graph: node + wrapped tools": _graph(guarded=True, handler=False),
+        "graph: node + wrapped tools + handler": _graph(guarded=True, handler=True),
+    }
+    return [Variant(name, build, steps) for name, build in builds.items()]
+
+
+def run(scale: Scale) -> Section:
+    steps = scale.agent_steps
+    runs = variants(steps)
+    by_name = {v.name: v for v in runs}
+    samples = interleave(dict(by_name), scale.agent_rounds)
+    section = Section(
+        key="2",
+        title="2. Agent overhead",
+        what=(
+            f"A healthy {steps}-step scripted run (distinct calls, instant model, instant"
+            " tools). *added / step* is the median over rounds of (this run - the unguarded"
+            " run of the same round) / steps; *vs peer* divides it by what"
+            " `ToolCallLimitMiddleware` (limits set high) added. *guard CPU / step* is the"
+            " guard's own code, timed inside the run (median step). The do-nothing"
+            " middleware has the same hooks as ours and no code: its added time is what the"
+            " hooks cost as graph nodes, before any guard work."
+        ),
+        columns=[
+            "variant",
+            "run (median)",
+            "added / step",
+            "added IQR",
+            "vs peer",
+            "guard CPU / step",
+        ],
+    )
+    base = {"agent": "agent: no middleware", "graph": "graph: no guard"}
+    peer = "agent: ToolCallLimitMiddleware (peer)"
+    peer_added = median(paired_added(samples, base["agent"], peer)) / steps
+    added: dict[str, float] = {}
+    for variant in runs:
+        kind = variant.name.split(":", 1)[0]
+        diffs = [d / steps for d in paired_added(samples, base[kind], variant.name)]
+        added[variant.name] = median(diffs)
+        low, high = quartiles(diffs)
+        is_base = variant.name in base.values()
+        versus = "—"
+        if not is_base:
+            versus = ratio(added[variant.name] / peer_added) if peer_added > 0 else "n/a"
+        section.rows.append(
+            [
+                variant.name,
+                f"{median(samples[variant.name]):.3f} s",
+                "—" if is_base else us(added[variant.name]),
+                "—" if is_base else f"{us(low)} … {us(high)}",
+                versus,
+                us(median(variant.guard_cpu)) if median(variant.guard_cpu) > 0 else "—",
+            ]
+        )
+        for problem in sorted(set(variant.problems)):
+            section.notes.append(f"**{variant.name}: run not healthy: {problem}.**")
+    for name in (
+        "agent: LoopGuardMiddleware",
+        "graph: node + wrapped tools",
+        "graph: node + wrapped tools + handler",
+    ):
+        value = added[name] / peer_added if peer_added > 0 else float("inf")
+        section.targets.append(
+            Target(
+                name=f"added wall time vs ToolCallLimitMiddleware's, {name}",
+                goal="≤ 1.5x",
+                measured=ratio(value) if peer_added > 0 else "peer added ≤ 0 (noise)",
+                holds=value <= 1.5 if peer_added > 0 else None,
+            )
+        )
+    ours = by_name["agent: LoopGuardMiddleware"]
+    tcl = by_name[peer]
+    ours_cpu, tcl_cpu = median(ours.guard_cpu), median(tcl.guard_cpu)
+    null_added = added["agent: do-nothing middleware, our 4 hooks"]
+    null_one = added["agent: do-nothing middleware, the peer's 1 hook"]
+    section.extra_tables.append(
+        (
+            "Where our added time goes (create_agent, per step):",
+            ["part", "ours", "ToolCallLimitMiddleware"],
+            [
+                ["hook nodes per model step", "2 (before_model, after_model)", "1 (after_model)"],
+                ["the hooks' own code (CPU, in situ)", us(ours_cpu), us(tcl_cpu)],
+                ["the hook layout as do-nothing nodes (wall)", us(null_added), us(null_one)],
+                [
+                    "the rest (state channel, GC, noise)",
+                    us(added["agent: LoopGuardMiddleware"] - null_added - ours_cpu),
+                    us(peer_added - null_one - tcl_cpu),
+                ],
+                ["guard CPU, ours / peer", ratio(ours_cpu / tcl_cpu) if tcl_cpu else "—", ""],
+            ],
+        )
+    )
+    section.notes.append(
+        f"{scale.agent_rounds} rounds, variants interleaved (order reversed every other round)"
+        ", after one warm-up round. The wall-time differences are small against the run's"
+        " noise (see the IQR column); the in-situ CPU column is the stable comparison."
+    )
+    return section

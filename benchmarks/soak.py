@@ -1,0 +1,166 @@
+"""Soak test: one guard, many conversations, for a while; nothing leaks, nothing drifts.
+
+    .venv/bin/python benchmarks/soak.py [--seconds 120] [--face graph|middleware|both] [--quick]
+
+Rounds of conversations run at once — OS threads and asyncio tasks on one guard (the
+graph face) or one compiled agent (the middleware face). Stubborn conversations must end
+after exactly 7 model calls with 3 blocks; healthy ones must finish untouched. After
+each round the retained memory is sampled; the run fails (exit 1) if any conversation
+deviates, if any guard error event appears, or if memory keeps growing round after round.
+The graph face runs without thread ids, so each request is a conversation of its own that
+only the guard's `max_conversations` bound releases: the soak sets it to 200 and checks that
+memory levels off there. `--quick` is the smoke pass CI runs (a few small rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import sys
+import threading
+import time
+import tracemalloc
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from loop_guard import (
+    GUARD_NAME,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardMiddleware,
+    LoopGuardNode,
+    guard_tools,
+)
+from loop_guard.demo import demo_tools
+from loop_guard.testing import ScriptedChatModel, tool_calls_message
+
+THREADS, TASKS = 8, 64
+BOUND = 200  # the graph face's max_conversations
+
+
+def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+    """Stubborn when the task says so, else a few distinct reads and an answer."""
+    task = str(messages[0].content)
+    turn = sum(isinstance(m, AIMessage) for m in messages)
+    if task.startswith("stubborn"):
+        return tool_calls_message(("read_file", {"path": "notes.md"}))
+    if turn < 4:
+        return tool_calls_message(("read_file", {"path": f"{task}-{turn}.md"}))
+    return AIMessage(content="done")
+
+
+def build(face: str, events: list[GuardEvent]) -> tuple[Any, LoopGuard]:
+    model = ScriptedChatModel(script=script)
+    tools = demo_tools(Counter())
+    if face == "middleware":
+        middleware = LoopGuardMiddleware(on_event=events.append)
+        return create_agent(model, tools, middleware=[middleware]), middleware.guard
+    guard = LoopGuard(on_event=events.append, max_conversations=BOUND)
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("tools", ToolNode(guard_tools(tools, guard, deliver_steer=False)))
+    builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", tools_condition)
+    builder.add_edge("tools", "loop_guard")
+    return builder.compile(), guard
+
+
+def check(task: str, messages: Sequence[BaseMessage]) -> str | None:
+    """What is wrong with a finished conversation, if anything."""
+    blocked = sum(
+        isinstance(m, ToolMessage) and m.response_metadata.get("loop_guard") == "blocked"
+        for m in messages
+    )
+    stopped = isinstance(messages[-1], AIMessage) and messages[-1].name == GUARD_NAME
+    calls = sum(isinstance(m, AIMessage) and m.name != GUARD_NAME for m in messages)
+    if task.startswith("stubborn") and (blocked, stopped, calls) != (3, True, 7):
+        return f"{task}: blocked={blocked} stopped={stopped} model calls={calls}"
+    if task.startswith("healthy") and (blocked or stopped or messages[-1].content != "done"):
+        return f"{task}: touched (blocked={blocked}, stopped={stopped})"
+    return None
+
+
+def run_round(runnable: Any, round_number: int, tasks_per_round: int) -> list[str]:
+    tasks = [
+        f"{'stubborn' if n % 2 else 'healthy'}-{round_number}-{n}"
+        for n in range(tasks_per_round + THREADS)
+    ]
+    results: dict[str, Sequence[BaseMessage]] = {}
+
+    def in_thread(task: str) -> None:
+        results[task] = runnable.invoke({"messages": [HumanMessage(task)]})["messages"]
+
+    async def in_loop() -> None:
+        batch = tasks[:tasks_per_round]
+        outs = await asyncio.gather(
+            *(runnable.ainvoke({"messages": [HumanMessage(t)]}) for t in batch)
+        )
+        results.update({t: o["messages"] for t, o in zip(batch, outs, strict=True)})
+
+    threads = [threading.Thread(target=in_thread, args=(t,)) for t in tasks[tasks_per_round:]]
+    for thread in threads:
+        thread.start()
+    asyncio.run(in_loop())
+    for thread in threads:
+        thread.join()
+    return [problem for t in tasks if (problem := check(t, results[t])) is not None]
+
+
+def soak(face: str, seconds: float, tasks_per_round: int, min_rounds: int) -> bool:
+    events: list[GuardEvent] = []
+    runnable, guard = build(face, events)
+    tracemalloc.start()
+    samples: list[int] = []
+    rounds = problems = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline or rounds < min_rounds:
+        rounds += 1
+        found = run_round(runnable, rounds, tasks_per_round)
+        problems += len(found)
+        for problem in found[:3]:
+            print(f"  round {rounds}: {problem}")
+        events.clear()  # keep only what the guard itself retains
+        gc.collect()
+        samples.append(tracemalloc.get_traced_memory()[0])
+    tracemalloc.stop()
+    errors = guard.stats.errors
+    # Growth between the first and the last third of the run, per round.
+    third = max(1, len(samples) // 3)
+    early, late = sum(samples[:third]) / third, sum(samples[-third:]) / third
+    growth = (late - early) / max(1, rounds - third)
+    conversations = rounds * (tasks_per_round + THREADS)
+    print(
+        f"{face}: {rounds} rounds, {conversations} conversations, {problems} deviations, "
+        f"{errors} guard errors, retained memory {samples[0] / 1024:.0f} KiB -> "
+        f"{samples[-1] / 1024:.0f} KiB ({growth / 1024:+.1f} KiB per round), "
+        f"guard holds {len(guard._states)} conversations"
+    )
+    # Memory may rise until the conversation bound is reached, then must level off.
+    levelled = len(guard._states) < BOUND or growth < 16 * 1024
+    return problems == 0 and errors == 0 and levelled
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=120.0, help="per face (default 120)")
+    parser.add_argument("--face", choices=["graph", "middleware", "both"], default="both")
+    parser.add_argument("--quick", action="store_true", help="a few small rounds (CI)")
+    args = parser.parse_args(argv)
+    faces = ["graph", "middleware"] if args.face == "both" else [args.face]
+    if args.quick:
+        healthy = [soak(face, 0, tasks_per_round=8, min_rounds=2) for face in faces]
+        return 0 if all(healthy) else 1
+    healthy = [soak(face, args.seconds, tasks_per_round=TASKS, min_rounds=6) for face in faces]
+    return 0 if all(healthy) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
