@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import InjectedToolCallId, ToolException, tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from loop_guard import (
@@ -34,8 +35,10 @@ from .agents import (
     assert_valid_history,
     blocked,
     build_graph,
+    current_request,
     final_stop,
     make_tools,
+    timeline,
 )
 
 READ = ("read_file", {"path": "notes.md"})
@@ -361,3 +364,47 @@ def test_a_cancelled_tool_counts_like_an_error_result() -> None:
 
     failing.handle_tool_error = True
     assert decisions(slow) == decisions(failing) == ["warn", "block"]
+
+
+def test_a_run_cancelled_mid_batch_leaves_the_guard_consistent() -> None:
+    """asyncio cancellation while one sibling still runs: the calls that finished are
+    recorded, the cancelled one counts as an error result, and the next request on the
+    thread decides exactly like a request on a fresh thread."""
+    import asyncio
+
+    @tool
+    async def slow(job: str) -> str:
+        """Waits a long time."""
+        await asyncio.sleep(30)
+        return "never"
+
+    events: list[GuardEvent] = []
+    guard = LoopGuard(on_event=events.append)
+    runs = ToolRuns()
+    first_turn = sequence([("slow", {"job": "a"}), READ])
+    stubborn_after = stubborn(READ)
+
+    def script(messages: Any, index: int) -> Any:
+        return (first_turn if index == 0 else stubborn_after)(messages, index)
+
+    model = ScriptedChatModel(script=script)
+    graph = build_graph(model, [*make_tools(runs), slow], guard, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "cancelled"}}
+
+    async def cancelled_run() -> None:
+        await asyncio.wait_for(graph.ainvoke(ask(), config), timeout=2.0)
+
+    with pytest.raises((TimeoutError, asyncio.TimeoutError)):
+        asyncio.run(cancelled_run())
+    assert runs.counts["read_file"] == 1  # the sibling finished before the cancellation
+    assert events == []
+
+    fresh_runs = ToolRuns()
+    fresh = build_graph(
+        ScriptedChatModel(script=stubborn(READ)), make_tools(fresh_runs), LoopGuard(),
+        checkpointer=InMemorySaver(),
+    )  # fmt: skip
+    expected = fresh.invoke(ask(), {"configurable": {"thread_id": "fresh"}})["messages"]
+    messages = graph.invoke(ask(), config)["messages"]
+    assert timeline(current_request(messages)) == timeline(current_request(expected))
+    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
