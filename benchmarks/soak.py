@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import logging
 import sys
 import threading
 import time
@@ -149,6 +150,7 @@ def soak(face: str, seconds: float, tasks_per_round: int, min_rounds: int) -> bo
 
 
 def main(argv: list[str] | None = None) -> int:
+    logging.getLogger("loop_guard").addHandler(logging.NullHandler())  # the summary says it
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=120.0, help="per face (default 120)")
     parser.add_argument("--face", choices=["graph", "middleware", "both"], default="both")
