@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
-from langchain_core.messages import BaseMessage, ToolCall, ToolMessage
+from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
 from langgraph.prebuilt import ToolRuntime
@@ -166,28 +166,25 @@ class GuardedTool(BaseTool):
         if conversation is None:
             return _Decision(refusal=None, conversation=None, call=None, input=input)
         announce(self.guard, conversation, messages)
-        call = self._call(tool_call, args, messages)
         ai_message, _ = last_batch(messages)
         siblings = [call_of(c) for c in ai_message.tool_calls] if ai_message is not None else []
-        if any(sibling.id == call.id for sibling in siblings):
-            # The whole response is decided at once, in the model's order, as the
-            # middleware does: every sibling asks, the first one decides for all.
-            verdicts = self.guard.check_batch(conversation, siblings)
-            verdict = next(v for s, v in zip(siblings, verdicts, strict=True) if s.id == call.id)
+        call_id = tool_call["id"] if tool_call is not None else None
+        position = next((n for n, s in enumerate(siblings) if s.id == call_id), None)
+        if position is not None:
+            # The call as the model made it. The whole response is decided at once, in the
+            # model's order, as the middleware does: every sibling asks, the first decides.
+            call = siblings[position]
+            verdict = self.guard.check_batch(conversation, siblings)[position]
         else:
+            call = self._call_from_args(call_id, args)
             verdict = self.guard.check_call(conversation, call)
         if isinstance(verdict, Stop):
             raise LoopGuardAbort(verdict)
         refusal = verdict.message if isinstance(verdict, Block) else None
         return _Decision(refusal=refusal, conversation=conversation, call=call, input=input)
 
-    def _call(self, tool_call: ToolCall | None, args: Any, messages: Sequence[BaseMessage]) -> Call:
-        """The call as the model made it: from its AI message when it can be found."""
-        call_id = tool_call["id"] if tool_call is not None else None
-        ai_message, _ = last_batch(messages)
-        for made in ai_message.tool_calls if ai_message is not None else ():
-            if made["id"] == call_id:
-                return call_of(made)
+    def _call_from_args(self, call_id: str | None, args: Any) -> Call:
+        """A call no AI message shows (a direct invocation): its args minus injected ones."""
         if isinstance(args, Mapping):  # drop injected arguments: the model never saw them
             args = {key: value for key, value in args.items() if key in self._model_arg_names}
         return Call.of(self.name, args, id=call_id)
