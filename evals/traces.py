@@ -26,7 +26,7 @@ from loop_guard.scan import load, scan_conversation
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACES = ROOT.parent / "shared" / "traces"
 
-CONFIGS = {"pi (defaults)": LoopGuardConfig()}
+CONFIGS = {"pi": LoopGuardConfig.pi(), "default": LoopGuardConfig()}
 """The configurations compared side by side. New detectors get a column of their own."""
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loop_guard._config import LoopGuardConfig
+from loop_guard._config import LoopGuardConfig, Normalizer, ToolPolicy
 from loop_guard._engine import Engine, RequestState
 from loop_guard._fingerprint import args_fingerprint, result_fingerprint
 from loop_guard._guard import GuardEvent, GuardStats, LoopGuard
@@ -26,11 +26,13 @@ from loop_guard._values import (
     Decision,
     LoopGuardAbort,
     Proceed,
+    Reason,
     Result,
     Steer,
     Stop,
     StopKind,
 )
+from loop_guard._volatile import normalize_volatile
 from loop_guard.callbacks import LoopGuardCallbackHandler
 from loop_guard.graph import LoopGuardNode
 from loop_guard.tools import GuardedTool, guard_tools
@@ -53,14 +55,18 @@ __all__ = [
     "LoopGuardConfig",
     "LoopGuardMiddleware",
     "LoopGuardNode",
+    "Normalizer",
     "Proceed",
+    "Reason",
     "RequestState",
     "Result",
     "Steer",
     "Stop",
     "StopKind",
+    "ToolPolicy",
     "args_fingerprint",
     "guard_tools",
+    "normalize_volatile",
     "result_fingerprint",
 ]
 

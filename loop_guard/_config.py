@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, final
+
+from loop_guard._volatile import normalize_volatile
 
 logger = logging.getLogger("loop_guard")
 
@@ -15,6 +19,55 @@ ENV_PREFIX = "LOOP_GUARD_"
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
+
+Normalizer = Callable[[str], str]
+"""Rewrites a result's text before it is fingerprinted (see `ToolPolicy.normalizer`)."""
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolPolicy:
+    """Settings for one tool that differ from the guard's (`LoopGuardConfig.tools`).
+
+    Unset fields (`None`) fall back to the guard's own setting.
+
+    Attributes:
+        warn_threshold: Streak (or cycle laps) that steers, for this tool.
+        block_threshold: The Nth identical call of this tool is blocked.
+        ignore: Never count or block this tool (like `ignore_tools`).
+        ignore_errors: Error results of this tool are not counted.
+        volatile: Results differing only in ids, timestamps, durations, pids or
+            nonces count as unchanged (see `normalize_volatile`).
+        normalizer: Your own rewrite of the result text before it is compared, e.g.
+            to drop a field that changes on every call; applied after `volatile`.
+
+    Example:
+        >>> config = LoopGuardConfig(tools={"poll_job": ToolPolicy(block_threshold=30)})
+        >>> config.thresholds("poll_job"), config.thresholds("read")
+        ((3, 30), (3, 5))
+    """
+
+    warn_threshold: int | None = None
+    block_threshold: int | None = None
+    ignore: bool | None = None
+    ignore_errors: bool | None = None
+    volatile: bool | None = None
+    normalizer: Normalizer | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("ignore", "ignore_errors", "volatile"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                msg = f"{name} must be a bool, got {value!r}"
+                raise ValueError(msg)
+        for name in ("warn_threshold", "block_threshold"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_threshold(name, value)
+        normalizer: object = self.normalizer  # checked at run time: callers may be untyped
+        if normalizer is not None and not callable(normalizer):
+            msg = f"normalizer must be callable, got {normalizer!r}"
+            raise ValueError(msg)
 
 
 @final
@@ -33,10 +86,31 @@ class LoopGuardConfig:
             reset a streak.
         use_terminate: When true, a batch whose every call was blocked also ends the
             request.
+        detect_cycles: Catch a sequence of 2..`max_cycle_period` steps repeated with
+            identical calls and results (`read(A) -> bash(cmd) -> read(A) -> ...`):
+            laps count like a streak (steer at `warn_threshold` laps, block the call
+            that would continue the cycle from `block_threshold - 1` laps).
+        max_cycle_period: The longest cycle looked for, in steps (>= 2).
+        detect_interleaved: Steer when the same call returns the same result again
+            while other calls come between (`A, X, A, Y, A`): `warn_threshold`
+            occurrences within the last `repeat_window` counted steps of the
+            conversation. It only steers, never blocks.
+        repeat_window: How many recent counted steps `detect_interleaved` looks at.
+        escalate_ignored: When the model returns to a call it was steered away from,
+            its streak resumes where it was instead of restarting: it is steered once
+            more, and the next identical call is blocked.
+        detect_unknown_tools: Calls to a tool that does not exist count as the same
+            call whatever their args; the steer lists the tools that do exist.
+        volatile_results: Treat results that differ only in ids, timestamps,
+            durations, pids or nonces as unchanged, for every tool (per tool:
+            `ToolPolicy(volatile=True)`).
+        dedupe_siblings: Identical calls within one model response run once; the
+            others receive the same result, marked as a duplicate.
+        tools: A `ToolPolicy` per tool name: thresholds, ignore rules, normalisers.
 
     Raises:
         ValueError: If a threshold is not an integer >= 1, or `warn_threshold >=
-            block_threshold`.
+            block_threshold` (also for a tool's policy).
 
     Example:
         >>> LoopGuardConfig(warn_threshold=2, block_threshold=4).block_threshold
@@ -54,24 +128,72 @@ class LoopGuardConfig:
     ignore_tools: frozenset[str] = field(default_factory=frozenset)
     ignore_errors: bool = False
     use_terminate: bool = False
+    detect_cycles: bool = True
+    max_cycle_period: int = 4
+    detect_interleaved: bool = True
+    repeat_window: int = 8
+    escalate_ignored: bool = True
+    detect_unknown_tools: bool = True
+    volatile_results: bool = False
+    dedupe_siblings: bool = False
+    tools: Mapping[str, ToolPolicy] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
-        for name in ("enabled", "ignore_errors", "use_terminate"):
+        for name in _BOOLEANS:
             if not isinstance(getattr(self, name), bool):
                 msg = f"{name} must be a bool, got {getattr(self, name)!r}"
                 raise ValueError(msg)
         for name in ("warn_threshold", "block_threshold", "abort_threshold"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                msg = f"{name} must be an integer >= 1, got {value!r}"
-                raise ValueError(msg)
-        if self.warn_threshold >= self.block_threshold:
-            msg = (
-                f"warn_threshold ({self.warn_threshold}) must be less than "
-                f"block_threshold ({self.block_threshold})"
-            )
-            raise ValueError(msg)
+            _check_threshold(name, getattr(self, name))
+        for name in ("max_cycle_period", "repeat_window"):
+            _check_threshold(name, getattr(self, name), minimum=2)
+        _check_order(self.warn_threshold, self.block_threshold, "")
         object.__setattr__(self, "ignore_tools", _as_names(self.ignore_tools))
+        object.__setattr__(self, "tools", MappingProxyType(_as_policies(self.tools)))
+        for tool in self.tools:
+            _check_order(*self.thresholds(tool), f" for tool {tool!r}")
+
+    @classmethod
+    def pi(cls, **overrides: Any) -> LoopGuardConfig:
+        """The Pi extension's behaviour exactly: every detector beyond it turned off.
+
+        Example:
+            >>> LoopGuardConfig.pi().detect_cycles
+            False
+        """
+        return cls(**{**_PI_OFF, **overrides})
+
+    def thresholds(self, tool: str) -> tuple[int, int]:
+        """The (warn, block) thresholds in force for one tool."""
+        policy = self.tools.get(tool)
+        if policy is None:
+            return self.warn_threshold, self.block_threshold
+        return (
+            self.warn_threshold if policy.warn_threshold is None else policy.warn_threshold,
+            self.block_threshold if policy.block_threshold is None else policy.block_threshold,
+        )
+
+    def ignores(self, tool: str, *, is_error: bool = False) -> bool:
+        """Whether a step of this tool (with this error flag) is invisible to the guard."""
+        policy = self.tools.get(tool)
+        if policy is None:
+            return tool in self.ignore_tools or (is_error and self.ignore_errors)
+        if policy.ignore if policy.ignore is not None else tool in self.ignore_tools:
+            return True
+        return is_error and (
+            self.ignore_errors if policy.ignore_errors is None else policy.ignore_errors
+        )
+
+    def normalizers(self, tool: str) -> tuple[Normalizer, ...]:
+        """The rewrites applied to this tool's result text before it is compared."""
+        policy = self.tools.get(tool)
+        volatile = self.volatile_results
+        if policy is not None and policy.volatile is not None:
+            volatile = policy.volatile
+        found: tuple[Normalizer, ...] = (normalize_volatile,) if volatile else ()
+        if policy is not None and policy.normalizer is not None:
+            found = (*found, policy.normalizer)
+        return found
 
     def replace(self, **overrides: Any) -> LoopGuardConfig:
         """Return a copy with some fields replaced, validated like the constructor.
@@ -100,18 +222,70 @@ class LoopGuardConfig:
         return resolve_config(None, {}, environ)
 
 
+_BOOLEANS = (
+    "enabled",
+    "ignore_errors",
+    "use_terminate",
+    "detect_cycles",
+    "detect_interleaved",
+    "escalate_ignored",
+    "detect_unknown_tools",
+    "volatile_results",
+    "dedupe_siblings",
+)
+_PI_OFF = dict.fromkeys(
+    ("detect_cycles", "detect_interleaved", "escalate_ignored", "detect_unknown_tools"), False
+)
+
+
+def _check_threshold(name: str, value: object, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        msg = f"{name} must be an integer >= {minimum}, got {value!r}"
+        raise ValueError(msg)
+
+
+def _check_order(warn: int, block: int, where: str) -> None:
+    if warn >= block:
+        msg = f"warn_threshold ({warn}) must be less than block_threshold ({block}){where}"
+        raise ValueError(msg)
+
+
+def _as_policies(value: object) -> dict[str, ToolPolicy]:
+    """`tools` as given: a mapping of names to `ToolPolicy` or to its fields as a dict."""
+    if not isinstance(value, Mapping):
+        msg = f"tools must map tool names to ToolPolicy, got {value!r}"
+        raise ValueError(msg)
+    policies = {}
+    for tool, policy in value.items():
+        if not isinstance(tool, str):
+            msg = f"tools must map tool names to ToolPolicy, got key {tool!r}"
+            raise ValueError(msg)
+        if isinstance(policy, Mapping):
+            unknown = set(policy) - {f.name for f in dataclasses.fields(ToolPolicy)}
+            if unknown:
+                msg = f"unknown tool policy option(s) for {tool!r}: {', '.join(sorted(unknown))}"
+                raise ValueError(msg)
+            policy = ToolPolicy(**policy)
+        if not isinstance(policy, ToolPolicy):
+            msg = f"the policy for tool {tool!r} must be a ToolPolicy, got {policy!r}"
+            raise ValueError(msg)
+        policies[tool] = policy
+    return policies
+
+
 def _read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     """Parse the variables that are set: valid values and error texts, both by field."""
     values: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    parsers = {
-        "enabled": _parse_bool,
-        "ignore_errors": _parse_bool,
-        "use_terminate": _parse_bool,
+    parsers: dict[str, Callable[[str], Any]] = {
+        **dict.fromkeys(_BOOLEANS, _parse_bool),
         "warn_threshold": _parse_threshold,
         "block_threshold": _parse_threshold,
         "abort_threshold": _parse_threshold,
+        "max_cycle_period": _parse_threshold,
+        "repeat_window": _parse_threshold,
         "ignore_tools": _parse_names,
+        "tools": _parse_policies,
     }
     for name, parse in parsers.items():
         variable = ENV_PREFIX + name.upper()
@@ -145,6 +319,21 @@ def _parse_threshold(raw: str) -> int:
 
 def _parse_names(raw: str) -> frozenset[str]:
     return frozenset(name.strip() for name in raw.split(",") if name.strip())
+
+
+def _parse_policies(raw: str) -> dict[str, ToolPolicy]:
+    """`LOOP_GUARD_TOOLS`: JSON mapping tool names to policy fields (no normalizers)."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as error:
+        msg = f'is not JSON ({error.msg}); expected e.g. {{"poll": {{"block_threshold": 20}}}}'
+        raise ValueError(msg) from error
+    if isinstance(data, Mapping) and any(
+        isinstance(p, Mapping) and "normalizer" in p for p in data.values()
+    ):
+        msg = "cannot set a normalizer from the environment (use volatile: true)"
+        raise ValueError(msg)
+    return _as_policies(data)
 
 
 def resolve_config(

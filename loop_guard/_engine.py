@@ -15,7 +15,17 @@ from typing import Any, NamedTuple, final
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
-from loop_guard._values import Block, Call, Decision, Proceed, Result, Steer, Stop, StopKind
+from loop_guard._values import (
+    Block,
+    Call,
+    Decision,
+    Proceed,
+    Reason,
+    Result,
+    Steer,
+    Stop,
+    StopKind,
+)
 
 # Outcomes of a batch entry besides a result fingerprint. No outcome yet: not checked.
 _ALLOWED = "allowed"  # checked and let through; no result yet
@@ -24,12 +34,18 @@ _NOT_RUN = "not_run"  # refused because the request had stopped (not counted)
 _IGNORED = "ignored"  # a result the guard does not see (ignored tool or error)
 _UNANSWERED = (None, _ALLOWED)
 
+_STEERED_KEPT = 32  # steered steps remembered per request, for ignored-steering escalation
+
+_UNKNOWN_ARGS = "unknown-tool"
+"""The args fingerprint of every call to a tool that does not exist: args do not matter."""
+
 
 class _Entry(NamedTuple):
     """A call of the open batch and what became of it so far (a tuple: made often)."""
 
     call: Call
     outcome: str | None = None  # None, one of the outcomes above, or a result fingerprint
+    block: Block | None = None  # the verdict of a blocked call, for siblings asking again
 
 
 @final
@@ -57,32 +73,63 @@ class RequestState:
     streak: int = 0
     warned: bool = False
     blocks: int = 0
-    steer_pending: bool = False
+    steer: Steer | None = None  # due before the model's next call
     stopped: StopKind | None = None
     stop_tool: str = ""
     batch: tuple[_Entry, ...] = ()
     batch_explicit: bool = False
     settled: tuple[_Entry, ...] = ()  # the last settled batch: late siblings ask it
+    # Beyond Pi (SPEC §8). `recent` is the only memory that outlives a request: the
+    # last counted steps of the conversation, for interleaved repeats.
+    recent: tuple[Step, ...] = ()
+    counted: int = 0  # steps counted in this request
+    runs: tuple[int, ...] = ()  # per cycle period 2, 3, ...: steps matching one period back
+    cycle_warned: bool = False
+    # (step, streak when steered, steered again on return); streak 0 for a cycle's steps
+    steered: tuple[tuple[Step, int, bool], ...] = ()
+    unknown: tuple[str, ...] = ()  # tools found not to exist
+    available: tuple[str, ...] = ()  # the tools that do, as the tool node listed them
 
     @property
     def awaiting(self) -> tuple[Call, ...]:
         """Calls of the open batch still waiting for a result (and not refused)."""
         return tuple(entry.call for entry in self.batch if entry.outcome in _UNANSWERED)
 
+    @property
+    def steer_pending(self) -> bool:
+        """Whether a steer message is due before the model's next call."""
+        return self.steer is not None
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe snapshot (call args are not kept, only their fingerprints)."""
+        steer = self.steer
         return {
             "request_id": self.request_id,
             "last": None if self.last is None else dataclasses.asdict(self.last),
             "streak": self.streak,
             "warned": self.warned,
             "blocks": self.blocks,
-            "steer_pending": self.steer_pending,
+            "steer": None
+            if steer is None
+            else [
+                steer.reason,
+                steer.message,
+                steer.streak,
+                steer.call.tool,
+                steer.call.fingerprint,
+            ],
             "stopped": self.stopped,
             "stop_tool": self.stop_tool,
             "batch": _entries_to_json(self.batch),
             "batch_explicit": self.batch_explicit,
             "settled": _entries_to_json(self.settled),
+            "recent": [_step_to_json(step) for step in self.recent],
+            "counted": self.counted,
+            "runs": list(self.runs),
+            "cycle_warned": self.cycle_warned,
+            "steered": [[_step_to_json(s), level, again] for s, level, again in self.steered],
+            "unknown": list(self.unknown),
+            "available": list(self.available),
         }
 
     @classmethod
@@ -90,19 +137,32 @@ class RequestState:
         """Rebuild a state from `to_dict` output; `None` or `{}` gives a fresh state."""
         if not data:
             return cls()
-        last = data.get("last")
+        last = None if data.get("last") is None else Step(**data["last"])
+        steer = data.get("steer")
+        if steer is None and data.get("steer_pending") and last is not None:  # older snapshot
+            steer = ["repeat", _messages.steer_text(last.tool, data["streak"]), data["streak"]]
         return cls(
             request_id=data.get("request_id"),
-            last=None if last is None else Step(**last),
+            last=last,
             streak=int(data.get("streak", 0)),
             warned=bool(data.get("warned", False)),
             blocks=int(data.get("blocks", 0)),
-            steer_pending=bool(data.get("steer_pending", False)),
+            steer=None if steer is None or last is None else _steer_from_json(last, steer),
             stopped=data.get("stopped"),
             stop_tool=str(data.get("stop_tool", "")),
             batch=_entries_from_json(data.get("batch", ())),
             batch_explicit=bool(data.get("batch_explicit", False)),
             settled=_entries_from_json(data.get("settled", ())),
+            recent=tuple(_step_from_json(row) for row in data.get("recent", ())),
+            counted=int(data.get("counted", 0)),
+            runs=tuple(int(n) for n in data.get("runs", ())),
+            cycle_warned=bool(data.get("cycle_warned", False)),
+            steered=tuple(
+                (_step_from_json(row), int(level), bool(again))
+                for row, level, again in data.get("steered", ())
+            ),
+            unknown=tuple(data.get("unknown", ())),
+            available=tuple(data.get("available", ())),
         )
 
 
@@ -115,7 +175,7 @@ Verdict = tuple[RequestState, Proceed | Block | Stop, tuple[Decision, ...]]
 
 @final
 class Engine:
-    """SPEC §2-§4 as pure transitions over a `RequestState`, for one configuration.
+    """SPEC §2-§4 and §8 as pure transitions over a `RequestState`, for one configuration.
 
     Example:
         >>> engine = Engine(LoopGuardConfig())
@@ -134,10 +194,28 @@ class Engine:
         'Block'
     """
 
-    __slots__ = ("config",)
+    __slots__ = ("_periods", "config", "memory")
+
+    config: LoopGuardConfig
+    memory: int
+    """Counted steps remembered: enough for the interleaved window and the longest cycle."""
 
     def __init__(self, config: LoopGuardConfig) -> None:
         self.config = config
+        self._periods = range(2, config.max_cycle_period + 1) if config.detect_cycles else range(0)
+        self.memory = max(
+            config.repeat_window if config.detect_interleaved else 1,
+            config.max_cycle_period if config.detect_cycles else 1,
+        )
+
+    def start_request(self, previous: RequestState | None, request_id: str | None) -> RequestState:
+        """A fresh state for a new request of a conversation (SPEC §5).
+
+        Everything resets except the conversation's recent steps, which the
+        interleaved-repeat detector looks back on across requests.
+        """
+        recent = previous.recent if previous is not None and self.config.detect_interleaved else ()
+        return RequestState(request_id=request_id, recent=recent)
 
     def open_batch(self, state: RequestState, calls: Sequence[Call]) -> Transition:
         """Declare the calls of one model response, in the model's order (SPEC §4).
@@ -155,7 +233,7 @@ class Engine:
         return _evolve(state, batch=entries, batch_explicit=True), decisions
 
     def check_call(self, state: RequestState, call: Call) -> Verdict:
-        """Decide, before it runs, whether `call` may run (SPEC §3.2).
+        """Decide, before it runs, whether `call` may run (SPEC §3.2, §8).
 
         Returns the new state, the verdict for this call, and the decisions reached on
         the way: a steer from settling the previous batch, this call's `Proceed` or
@@ -170,28 +248,33 @@ class Engine:
             return state, Proceed(call=call), ()
         settled = _settled(state, call.id)
         if settled is not None:  # a sibling asking after its batch was settled
-            if settled.outcome in (_BLOCKED, _NOT_RUN):
-                return state, self._block(state, call, _block_text(state, call)), ()
+            if settled.block is not None:
+                return state, settled.block, ()
             return state, Proceed(call=call), ()
         entry = _find(state, call.id)
         if state.stopped is not None:
             if entry is None:
                 return state, self._stop(state, call), ()
             if entry.outcome in (*_UNANSWERED, _NOT_RUN):
-                state = _set_outcome(state, call, _NOT_RUN)
-                return state, self._block(state, call, _messages.not_run_text()), ()
+                not_run = Block(
+                    call=call,
+                    message=_messages.not_run_text(),
+                    streak=state.streak,
+                    blocks=state.blocks,
+                )
+                return _set_outcome(state, call, _NOT_RUN, not_run), not_run, ()
         if entry is not None and entry.outcome is not None:  # decided before
-            if entry.outcome == _BLOCKED:
-                return state, self._block(state, call, _block_text(state, call)), ()
+            if entry.block is not None:
+                return state, entry.block, ()
             return state, Proceed(call=call), ()
         state, decisions = self._join(state, call)
-        repeat = call.tool not in config.ignore_tools and self._repeats_last(state, call)
-        if not repeat or state.streak < config.block_threshold - 1:
+        block = None if config.ignores(call.tool) else self._refusal(state, call)
+        if block is None:
             proceed = Proceed(call=call)
             return _set_outcome(state, call, _ALLOWED), proceed, (*decisions, proceed)
         state = _evolve(state, blocks=state.blocks + 1)
-        state = _set_outcome(state, call, _BLOCKED)
-        block = self._block(state, call, _block_text(state, call))
+        block = dataclasses.replace(block, blocks=state.blocks)
+        state = _set_outcome(state, call, _BLOCKED, block)
         if state.blocks >= config.abort_threshold:
             state = _stopped(state, "abort", call.tool)
             return state, block, (*decisions, block, self._stop(state, call))
@@ -232,7 +315,17 @@ class Engine:
         if entry is not None and entry.outcome not in _UNANSWERED:
             return state, ()
         state, decisions = self._join(state, call)
-        ignored = call.tool in config.ignore_tools or (config.ignore_errors and result.is_error)
+        if result.available_tools is not None and config.detect_unknown_tools:
+            # The tool does not exist: from now on its calls are one call, whatever the args.
+            state = _evolve(
+                state,
+                unknown=state.unknown
+                if call.tool in state.unknown
+                else (*state.unknown, call.tool),
+                available=result.available_tools,
+            )
+            call = Call(tool=call.tool, fingerprint=_UNKNOWN_ARGS, args=call.args, id=call.id)
+        ignored = config.ignores(call.tool, is_error=result.is_error)
         state = _set_outcome(state, call, _IGNORED if ignored else result.fingerprint)
         if not _complete(state):
             return state, decisions
@@ -247,13 +340,9 @@ class Engine:
 
     def take_steer(self, state: RequestState) -> tuple[RequestState, Steer | None]:
         """Claim the pending steer for delivery; later claims get `None` (once per streak)."""
-        if not state.steer_pending or state.last is None:
+        if state.steer is None:
             return state, None
-        call = Call(tool=state.last.tool, fingerprint=state.last.args)
-        steer = Steer(
-            call=call, message=_messages.steer_text(call.tool, state.streak), streak=state.streak
-        )
-        return _evolve(state, steer_pending=False), steer
+        return _evolve(state, steer=None), state.steer
 
     def stop_of(self, state: RequestState) -> Stop | None:
         """The `Stop` that ended this request, if it has ended."""
@@ -271,12 +360,41 @@ class Engine:
             state, decisions = self._settle(state)
         return _evolve(state, batch=(*state.batch, _Entry(call=call))), decisions
 
-    def _block(self, state: RequestState, call: Call, message: str) -> Block:
-        return Block(call=call, message=message, streak=state.streak, blocks=state.blocks)
-
-    def _repeats_last(self, state: RequestState, call: Call) -> bool:
+    def _refusal(self, state: RequestState, call: Call) -> Block | None:
+        """The block for a call that would repeat the last step once too often (SPEC
+        §3.2), or go on with a cycle past its block threshold; `None` lets it run."""
+        unknown = call.tool in state.unknown
+        args = _UNKNOWN_ARGS if unknown else call.fingerprint
         last = state.last
-        return last is not None and last.tool == call.tool and last.args == call.fingerprint
+        if (
+            last is not None
+            and last.tool == call.tool
+            and last.args == args
+            and state.streak >= self.config.thresholds(call.tool)[1] - 1
+        ):
+            if unknown:
+                text = _messages.unknown_tool_block_text(
+                    call.tool, state.available, state.streak + 1
+                )
+                return self._block(state, call, text, "unknown_tool")
+            return self._block(state, call, _block_text(state, call), "repeat")
+        cycle = self._cycle(state)
+        if cycle is None:
+            return None
+        steps, laps = cycle
+        # Any call of the lap goes on with the cycle (skipping the blocked one does too);
+        # a step outside it breaks the cycle, and the runs with it.
+        if laps < self._cycle_thresholds(steps)[1] - 1 or not any(
+            step.tool == call.tool and step.args == args for step in steps
+        ):
+            return None
+        text = _messages.cycle_block_text([step.tool for step in steps], laps)
+        return self._block(state, call, text, "cycle")
+
+    def _block(self, state: RequestState, call: Call, message: str, reason: Reason) -> Block:
+        return Block(
+            call=call, message=message, streak=state.streak, blocks=state.blocks, reason=reason
+        )
 
     def _settle(self, state: RequestState) -> Transition:
         """Compare the batch's last call (model order) with the last step (SPEC §4)."""
@@ -286,7 +404,7 @@ class Engine:
         entries = state.batch
         # Late siblings only need ids and outcomes: the args are not kept alive.
         settled = tuple(
-            _Entry(Call(tool=e.call.tool, fingerprint=e.call.fingerprint, id=e.call.id), e.outcome)
+            e._replace(call=Call(tool=e.call.tool, fingerprint=e.call.fingerprint, id=e.call.id))
             if e.call.args is not None
             else e
             for e in entries
@@ -303,21 +421,111 @@ class Engine:
         visible = [e for e in entries if e.outcome not in (*_UNANSWERED, _IGNORED, _NOT_RUN)]
         if not visible or visible[-1].outcome == _BLOCKED:
             return state, ()
-        entry = visible[-1]
-        step = Step(tool=entry.call.tool, args=entry.call.fingerprint, result=str(entry.outcome))
-        if step == state.last:
-            state = _evolve(state, streak=state.streak + 1)
-        else:
-            state = _evolve(state, last=step, streak=1, warned=False)
-        if state.streak < config.warn_threshold or state.warned:
+        call = visible[-1].call
+        step = Step(tool=call.tool, args=call.fingerprint, result=str(visible[-1].outcome))
+        state, returned = self._count(state, step)
+        state, steer = self._steer(state, step, call, returned)
+        if steer is None:
             return state, ()
-        state = _evolve(state, warned=True, steer_pending=True)
-        steer = Steer(
-            call=entry.call,
-            message=_messages.steer_text(step.tool, state.streak),
-            streak=state.streak,
-        )
-        return state, (steer,)
+        return _evolve(state, steer=steer), (steer,)
+
+    def _count(self, state: RequestState, step: Step) -> tuple[RequestState, bool]:
+        """Advance the streak, the cycle runs and the recent steps by one counted step.
+
+        Returns the new state and whether the step is a return to a call the model had
+        been steered away from (its streak then resumes, SPEC §8 ignored steering).
+        """
+        returned = False
+        if step == state.last:
+            changes: dict[str, Any] = {"streak": state.streak + 1}
+        else:
+            changes = {"last": step, "streak": 1, "warned": False}
+            if self.config.escalate_ignored:
+                for steered, level, _ in state.steered:
+                    if steered == step and level:
+                        changes.update(streak=level + 1, warned=True)
+                        returned = True
+                        break
+        recent = state.recent
+        if self._periods:
+            counted = state.counted
+            runs = state.runs or (0,) * len(self._periods)
+            changes["runs"] = tuple(
+                run + 1 if counted >= period and recent[-period] == step else 0
+                for period, run in zip(self._periods, runs, strict=True)
+            )
+        changes["recent"] = (*recent, step)[-self.memory :]
+        changes["counted"] = state.counted + 1
+        return _evolve(state, **changes), returned
+
+    def _steer(
+        self, state: RequestState, step: Step, call: Call, returned: bool
+    ) -> tuple[RequestState, Steer | None]:
+        """The steer a newly counted step calls for, if any: one per step, the first
+        detector that fires wins, and each keeps its own record so it fires once."""
+        config = self.config
+        warn = config.thresholds(step.tool)[0]
+        cycle = self._cycle(state)
+        changes: dict[str, Any] = {"cycle_warned": cycle is not None and state.cycle_warned}
+        steer = None
+        if state.streak >= warn and not state.warned:
+            if step.args == _UNKNOWN_ARGS:
+                text = _messages.unknown_tool_steer_text(step.tool, state.available, state.streak)
+                steer = Steer(call=call, message=text, streak=state.streak, reason="unknown_tool")
+            else:
+                text = _messages.steer_text(step.tool, state.streak)
+                steer = Steer(call=call, message=text, streak=state.streak)
+            changes.update(
+                warned=True, steered=_remember(state.steered, step, state.streak, again=False)
+            )
+        elif returned and not any(s == step and again for s, _, again in state.steered):
+            text = _messages.returned_steer_text(step.tool, state.streak)
+            steer = Steer(call=call, message=text, streak=state.streak, reason="returned")
+            changes["steered"] = _remember(state.steered, step, state.streak, again=True)
+        elif cycle is not None:
+            steps, laps = cycle
+            if not state.cycle_warned and laps >= self._cycle_thresholds(steps)[0]:
+                text = _messages.cycle_steer_text([s.tool for s in steps], laps)
+                steer = Steer(call=call, message=text, streak=laps, reason="cycle")
+                steered = state.steered
+                for lap_step in steps:  # streak 0: its cycle escalates it, not a return
+                    steered = _remember(steered, lap_step, 0, again=True)
+                changes.update(cycle_warned=True, steered=steered)
+        elif config.detect_interleaved:
+            # Only when other steps came between the occurrences (a plain run of repeats
+            # is the streak's to judge, also across a user message), and not while a
+            # poll in the window shows progress. Cycles escalate on their own.
+            window = state.recent[-config.repeat_window :]
+            count = window.count(step)
+            if (
+                count >= warn
+                and count > _trailing_run(window)
+                and all(s != step for s, _, _ in state.steered)
+                and not _progressing(window)
+            ):
+                text = _messages.interleaved_steer_text(step.tool, count, config.repeat_window)
+                steer = Steer(call=call, message=text, streak=count, reason="interleaved")
+                changes["steered"] = _remember(state.steered, step, count, again=True)
+        return _evolve(state, **changes), steer
+
+    def _cycle(self, state: RequestState) -> tuple[tuple[Step, ...], int] | None:
+        """The cycle the last steps go round, as (one lap of steps, laps), if any.
+
+        The shortest period whose lap has repeated at least once wins; a lap of one
+        repeated step is a streak, not a cycle.
+        """
+        for period, run in zip(self._periods, state.runs, strict=False):
+            if run >= period:
+                steps = state.recent[-period:]
+                if len(set(steps)) > 1:
+                    return steps, (run + period) // period
+        return None
+
+    def _cycle_thresholds(self, steps: tuple[Step, ...]) -> tuple[int, int]:
+        # The most lenient tool of the cycle decides: a tool declared tolerant (a poll)
+        # keeps the cycle it is part of from being stopped early.
+        thresholds = [self.config.thresholds(step.tool) for step in steps]
+        return max(warn for warn, _ in thresholds), max(block for _, block in thresholds)
 
     def _stop(self, state: RequestState, call: Call) -> Stop:
         kind = state.stopped or "abort"
@@ -349,12 +557,19 @@ def _evolve(state: RequestState, **changes: Any) -> RequestState:
         streak=state.streak,
         warned=state.warned,
         blocks=state.blocks,
-        steer_pending=state.steer_pending,
+        steer=state.steer,
         stopped=state.stopped,
         stop_tool=state.stop_tool,
         batch=state.batch,
         batch_explicit=state.batch_explicit,
         settled=state.settled,
+        recent=state.recent,
+        counted=state.counted,
+        runs=state.runs,
+        cycle_warned=state.cycle_warned,
+        steered=state.steered,
+        unknown=state.unknown,
+        available=state.available,
     )
     for name, value in changes.items():
         setattr(clone, name, value)
@@ -368,25 +583,83 @@ def _settled(state: RequestState, call_id: str) -> _Entry | None:
     return None
 
 
-def _entries_to_json(entries: tuple[_Entry, ...]) -> list[list[str | None]]:
-    return [[e.call.id, e.call.tool, e.call.fingerprint, e.outcome] for e in entries]
+def _entries_to_json(entries: tuple[_Entry, ...]) -> list[list[Any]]:
+    return [
+        [e.call.id, e.call.tool, e.call.fingerprint, e.outcome]
+        + (
+            []
+            if e.block is None
+            else [e.block.message, e.block.reason, e.block.streak, e.block.blocks]
+        )
+        for e in entries
+    ]
 
 
 def _entries_from_json(rows: Any) -> tuple[_Entry, ...]:
-    return tuple(
-        _Entry(call=Call(id=call_id, tool=tool, fingerprint=fp), outcome=outcome)
-        for call_id, tool, fp, outcome in rows
-    )
+    entries = []
+    for call_id, tool, fingerprint, outcome, *refusal in rows:
+        call = Call(id=call_id, tool=tool, fingerprint=fingerprint)
+        block = None
+        if refusal:
+            message, reason, streak, blocks = refusal
+            block = Block(call=call, message=message, reason=reason, streak=streak, blocks=blocks)
+        entries.append(_Entry(call=call, outcome=outcome, block=block))
+    return tuple(entries)
+
+
+def _step_to_json(step: Step) -> list[str]:
+    return [step.tool, step.args, step.result]
+
+
+def _step_from_json(row: Any) -> Step:
+    tool, args, result = row
+    return Step(tool=tool, args=args, result=result)
+
+
+def _steer_from_json(last: Step, row: Any) -> Steer:
+    reason, message, streak, *called = row
+    tool, fingerprint = called or (last.tool, last.args)  # older snapshots: the last step
+    call = Call(tool=tool, fingerprint=fingerprint)
+    return Steer(call=call, message=message, streak=int(streak), reason=reason)
+
+
+def _trailing_run(steps: tuple[Step, ...]) -> int:
+    """How many of the last steps are the same step as the very last."""
+    run = 0
+    for step in reversed(steps):
+        if step != steps[-1]:
+            break
+        run += 1
+    return run
+
+
+def _progressing(steps: tuple[Step, ...]) -> bool:
+    """Whether some call among these steps returned a changed result (a poll moving on)."""
+    results: dict[tuple[str, str], str] = {}
+    for step in steps:
+        if results.setdefault((step.tool, step.args), step.result) != step.result:
+            return True
+    return False
+
+
+def _remember(
+    steered: tuple[tuple[Step, int, bool], ...], step: Step, streak: int, *, again: bool
+) -> tuple[tuple[Step, int, bool], ...]:
+    """`steered` with `step` steered at `streak` (the latest few steps are kept)."""
+    kept = tuple(entry for entry in steered if entry[0] != step)
+    return (*kept, (step, streak, again))[-_STEERED_KEPT:]
 
 
 def _block_text(state: RequestState, call: Call) -> str:
     return _messages.block_text(call.tool, state.streak)
 
 
-def _set_outcome(state: RequestState, call: Call, outcome: str) -> RequestState:
+def _set_outcome(
+    state: RequestState, call: Call, outcome: str, block: Block | None = None
+) -> RequestState:
     # The recorded call replaces the declared one: it carries the real args.
     batch = tuple(
-        _Entry(call=call if call.args is not None else e.call, outcome=outcome)
+        _Entry(call=call if call.args is not None else e.call, outcome=outcome, block=block)
         if e.call.id == call.id
         else e
         for e in state.batch
@@ -396,4 +669,4 @@ def _set_outcome(state: RequestState, call: Call, outcome: str) -> RequestState:
 
 def _stopped(state: RequestState, kind: StopKind, tool: str) -> RequestState:
     # A stop drops any steer still queued: the model will not be called again.
-    return _evolve(state, stopped=kind, stop_tool=tool, steer_pending=False)
+    return _evolve(state, stopped=kind, stop_tool=tool, steer=None)

@@ -11,7 +11,7 @@ from typing import Any, Literal, final
 
 from loop_guard._config import LoopGuardConfig, resolve_config
 from loop_guard._engine import Engine, RequestState
-from loop_guard._values import Block, Call, Decision, Proceed, Result, Steer, Stop
+from loop_guard._values import Block, Call, Decision, Proceed, Reason, Result, Steer, Stop
 
 logger = logging.getLogger("loop_guard")
 
@@ -33,6 +33,9 @@ class GuardEvent:
         blocks: Calls blocked so far in this request.
         message: The exact text shown: to the model for warn and block, to the user
             for abort and terminate.
+        reason: For warn and block, the detector that fired: `'repeat'` (the
+            streak), `'cycle'`, `'interleaved'`, `'returned'`, `'unknown_tool'` or
+            `'duplicate'`; `None` for stops and errors.
 
     Example:
         >>> events = []
@@ -52,16 +55,18 @@ class GuardEvent:
     streak: int
     blocks: int
     message: str
+    reason: Reason | None = None
 
     @classmethod
     def of(cls, conversation: str, decision: Block | Steer | Stop) -> GuardEvent:
         """The event for one of the engine's decisions."""
         kind: EventKind
+        reason: Reason | None = None
         match decision:
             case Steer():
-                kind, blocks = "warn", 0
+                kind, blocks, reason = "warn", 0, decision.reason
             case Block():
-                kind, blocks = "block", decision.blocks
+                kind, blocks, reason = "block", decision.blocks, decision.reason
             case Stop():
                 kind, blocks = decision.kind, decision.blocks
         return cls(
@@ -72,6 +77,7 @@ class GuardEvent:
             streak=decision.streak,
             blocks=blocks,
             message=decision.message,
+            reason=reason,
         )
 
 
@@ -214,17 +220,18 @@ class LoopGuard:
         Idempotent, so several adapters may announce the same request. When the state
         held belongs to another request (or none is held, e.g. after a restart),
         `rebuild` may recreate the request's state from its history; by default the
-        request starts fresh.
+        request starts fresh, keeping only the conversation's recent steps.
         """
         with self._lock:
             state = self._states.get(conversation)
             if state is not None and state.request_id == request_id:
                 return
         # Rebuilt outside the lock: it may replay a long history.
-        fresh = RequestState(request_id=request_id) if rebuild is None else rebuild(self.engine)
+        rebuilt = None if rebuild is None else rebuild(self.engine)
         with self._lock:
             state = self._states.get(conversation)
             if state is None or state.request_id != request_id:
+                fresh = self.engine.start_request(state, request_id) if rebuilt is None else rebuilt
                 self._store(conversation, fresh)
 
     def end_request(self, conversation: str) -> None:

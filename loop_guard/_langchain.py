@@ -6,15 +6,18 @@ and a request the same way.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.callbacks.manager import dispatch_custom_event
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE
 from langgraph.types import Command
 
 from loop_guard import _messages
+from loop_guard._config import Normalizer
 from loop_guard._engine import Engine, RequestState
 from loop_guard._guard import GuardEvent
 from loop_guard._messages import GUARD_NAME
@@ -56,26 +59,70 @@ def call_of(tool_call: ToolCall) -> Call:
     return Call.of(tool_call["name"], tool_call.get("args", {}), id=tool_call.get("id"))
 
 
-def result_of(output: Any) -> Result:
+def result_of(output: Any, normalizers: Sequence[Normalizer] = ()) -> Result:
     """The engine's `Result` for what a tool produced.
 
     A `ToolMessage` (what agents see), a `Command` (its tool message), or a raw return
-    value (a tool invoked without a tool call).
+    value (a tool invoked without a tool call). `normalizers` rewrite the result's
+    text before it is fingerprinted (`LoopGuardConfig.normalizers`).
     """
     if isinstance(output, ToolMessage):
         is_error = output.status == "error"
         recorded = output.response_metadata.get(RESULT_KEY)
         if isinstance(recorded, str):  # a steered result: what the tool itself returned
             return Result(fingerprint=recorded, is_error=is_error)
-        return Result.of(output.content, is_error=is_error)
+        content = output.content
+        available = _available_tools(content) if is_error else None
+        return Result.of(
+            _normalized(content, normalizers), is_error=is_error, available_tools=available
+        )
     if isinstance(output, Command):
         update = output.update
         messages = update.get("messages", []) if isinstance(update, dict) else []
         tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
         if tool_messages:
-            return result_of(tool_messages[-1])
+            return result_of(tool_messages[-1], normalizers)
         return Result.of({"command": repr(update), "goto": repr(output.goto)})
-    return Result.of(output)
+    return Result.of(_normalized(output, normalizers))
+
+
+# The tool node's answer to a call naming a tool it does not have.
+_UNKNOWN_TOOL = re.compile(
+    re.escape(INVALID_TOOL_NAME_ERROR_TEMPLATE)
+    .replace(re.escape("{requested_tool}"), ".*?")
+    .replace(re.escape("{available_tools}"), "(?P<tools>.*)"),
+    re.DOTALL,
+)
+
+
+def _available_tools(content: Any) -> tuple[str, ...] | None:
+    """The tools listed by the tool node's "not a valid tool" error, if it is one."""
+    if not isinstance(content, str):
+        return None
+    match = _UNKNOWN_TOOL.fullmatch(content)
+    if match is None:
+        return None
+    return tuple(name for name in match["tools"].split(", ") if name)
+
+
+def _normalized(content: Any, normalizers: Sequence[Normalizer]) -> Any:
+    """The content with every text part rewritten by each normalizer in turn."""
+    if not normalizers:
+        return content
+    if isinstance(content, str):
+        for normalize in normalizers:
+            content = normalize(content)
+        return content
+    if isinstance(content, list):
+        return [
+            {**block, "text": _normalized(block["text"], normalizers)}
+            if isinstance(block, dict) and isinstance(block.get("text"), str)
+            else _normalized(block, normalizers)
+            if isinstance(block, str)
+            else block
+            for block in content
+        ]
+    return content
 
 
 def error_result(error: BaseException) -> Result:
@@ -143,15 +190,18 @@ def replay(
     request_id: str | None,
     messages: Sequence[BaseMessage],
     observe: Observer | None = None,
+    *,
+    before: RequestState | None = None,
 ) -> RequestState:
     """Rebuild a request's state from its messages, as if the guard had watched it live.
 
     The engine is deterministic, so checking the recorded calls again reproduces the
     blocks that were made (a call it blocks is not counted, whatever the history says
-    it returned). A steer is taken as delivered once the model was called after it or
-    it was written into a tool result.
+    it returned; nor is a call answered by the guard). A steer is taken as delivered
+    once the model was called after it or it was written into a tool result. `before`
+    is the conversation's state before this request: its recent steps carry over.
     """
-    state = RequestState(request_id=request_id)
+    state = engine.start_request(before, request_id)
     answers = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
     for index, message in enumerate(messages):
         if not isinstance(message, AIMessage) or not message.tool_calls:
@@ -164,8 +214,9 @@ def replay(
                 continue  # still running: the live adapter checks it
             state, verdict, checked = engine.check_call(state, call)
             decisions = (*decisions, *checked)
-            if isinstance(verdict, Proceed):
-                state, recorded = engine.record_result(state, call, result_of(answer))
+            if isinstance(verdict, Proceed) and not is_marked(answer, BLOCK_MARK):
+                result = result_of(answer, engine.config.normalizers(call.tool))
+                state, recorded = engine.record_result(state, call, result)
                 decisions = (*decisions, *recorded)
             if observe is not None and decisions:
                 observe(call, decisions)
@@ -178,6 +229,29 @@ def replay(
         if delivered:
             state, _ = engine.take_steer(state)
     return state
+
+
+def rebuild(engine: Engine, messages: Sequence[BaseMessage]) -> RequestState:
+    """The state of the request a conversation's messages end in, rebuilt from them.
+
+    Only the request is replayed; the few batches before it give the recent steps
+    that outlive a request, so the cost stays flat however long the thread is.
+    """
+    request_id, request = current_request(messages)
+    start = len(messages) - len(request)
+    first, found = start, 0
+    while first > 0 and found < engine.memory:
+        first -= 1
+        message = messages[first]
+        found += isinstance(message, AIMessage) and bool(message.tool_calls)
+    window = messages[first:start]
+    answers = [m for m in window if isinstance(m, ToolMessage)]
+    state = None
+    for message in window:
+        if isinstance(message, AIMessage) and message.tool_calls:
+            # Each earlier batch alone, as its own request: only the step it counts matters.
+            state = replay(engine, None, [message, *answers], before=state)
+    return replay(engine, request_id, request, before=state)
 
 
 def block_message(tool_call_id: str, tool: str, text: str) -> ToolMessage:

@@ -65,3 +65,77 @@ def terminate_text(tool: str) -> str:
         f"Stopped by loop_guard: the agent repeated `{tool}` with the same arguments and "
         "the same result, so the repeated call was blocked and the request ended."
     )
+
+
+def cycle_steer_text(tools: list[str], laps: int) -> str:
+    """The steer message for a cycle: the same few calls, round and round."""
+    return (
+        f"LOOP GUARD: you are going round in a cycle: {_sequence(tools)}, {laps} times over "
+        "with the same arguments and the same results every lap. Another lap will not "
+        "change anything. Break the cycle: act on what these calls already told you, try a "
+        "different approach, or give your final answer."
+    )
+
+
+def cycle_block_text(tools: list[str], laps: int) -> str:
+    """The error result of a call that would continue a cycle past the block threshold."""
+    return (
+        f"LOOP GUARD: this call was blocked and was not run: it would go on with a cycle "
+        f"({_sequence(tools)}) that returned the same results {laps} times over. Use the "
+        "results you already have, try a different approach, or give your final answer."
+    )
+
+
+def interleaved_steer_text(tool: str, count: int, window: int) -> str:
+    """The steer message for a call that keeps coming back between other calls."""
+    return (
+        f"LOOP GUARD: you have made this exact `{tool}` call {count} times within your last "
+        f"{window} tool calls and got the same result every time. Calling it again will "
+        "not change the result. Use the result you already have, fix what makes it fail, "
+        "or try a different approach."
+    )
+
+
+def returned_steer_text(tool: str, streak: int) -> str:
+    """The second steer, when the model goes back to a call it was steered away from."""
+    return (
+        f"LOOP GUARD: you were already told to stop calling `{tool}` with these arguments, "
+        f"and you came back to it ({streak} times now, same result every time). If you "
+        "call it again right away with the same arguments, the call will be refused. "
+        "Change your approach, or give your final answer."
+    )
+
+
+def unknown_tool_steer_text(tool: str, available: tuple[str, ...], count: int) -> str:
+    """The steer message for repeated calls to a tool that does not exist."""
+    return (
+        f"LOOP GUARD: there is no tool named `{tool}`; you have called it {count} times. "
+        f"The tools you can call are: {_names(available)}. Use one of them, or give your "
+        "final answer."
+    )
+
+
+def unknown_tool_block_text(tool: str, available: tuple[str, ...], count: int) -> str:
+    """The error result of another call to a tool that does not exist."""
+    return (
+        f"LOOP GUARD: this call was blocked: there is no tool named `{tool}` and you have "
+        f"called it {count} times. The tools you can call are: {_names(available)}."
+    )
+
+
+def duplicate_text(original_id: str) -> str:
+    """Prefixed to the shared result of an identical sibling that did not run itself."""
+    return (
+        f"LOOP GUARD: duplicate of call {original_id} in the same response; it ran once and "
+        "this is its result."
+    )
+
+
+def _sequence(tools: list[str]) -> str:
+    if len(set(tools)) == 1:
+        return f"the same {len(tools)} `{tools[0]}` calls in turn"
+    return " -> ".join(f"`{tool}`" for tool in tools)
+
+
+def _names(tools: tuple[str, ...]) -> str:
+    return ", ".join(f"`{tool}`" for tool in tools) if tools else "(none listed)"

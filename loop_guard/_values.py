@@ -18,6 +18,17 @@ StopKind = Literal["abort", "terminate"]
 - `'terminate'`: `use_terminate` is on and every call of a batch was blocked (SPEC §3.4).
 """
 
+Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool", "duplicate"]
+"""Which detector a steer or block came from.
+
+- `'repeat'`: the same call and result in a row (the streak, SPEC §2-§3).
+- `'cycle'`: a sequence of 2..`max_cycle_period` steps repeated lap after lap.
+- `'interleaved'`: the same call and result recurring with other calls between.
+- `'returned'`: the model went back to a call it had been steered away from.
+- `'unknown_tool'`: repeated calls to a tool that does not exist.
+- `'duplicate'`: an identical sibling in one response (`dedupe_siblings`).
+"""
+
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,11 +73,23 @@ class Result:
 
     fingerprint: str
     is_error: bool = False
+    available_tools: tuple[str, ...] | None = None
+    """Set when the call named a tool that does not exist: the tools that do."""
 
     @classmethod
-    def of(cls, content: Any, *, is_error: bool = False) -> Result:
+    def of(
+        cls,
+        content: Any,
+        *,
+        is_error: bool = False,
+        available_tools: tuple[str, ...] | None = None,
+    ) -> Result:
         """Build a result from a tool's content (text, content blocks or any value)."""
-        return cls(fingerprint=result_fingerprint(content, is_error=is_error), is_error=is_error)
+        return cls(
+            fingerprint=result_fingerprint(content, is_error=is_error),
+            is_error=is_error,
+            available_tools=available_tools,
+        )
 
 
 @final
@@ -86,6 +109,7 @@ class Block:
     message: str
     streak: int
     blocks: int
+    reason: Reason = "repeat"
 
 
 @final
@@ -96,6 +120,7 @@ class Steer:
     call: Call
     message: str
     streak: int
+    reason: Reason = "repeat"
 
 
 @final

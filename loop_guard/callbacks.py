@@ -19,7 +19,7 @@ from loop_guard._langchain import (
     current_request,
     dispatch_event,
     error_result,
-    replay,
+    rebuild,
     result_of,
     thread_key,
     thread_key_of_metadata,
@@ -202,7 +202,9 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
         try:
             if tracked is not None:
                 conversation, call = tracked
-                self.guard.record_result(conversation, call, result or result_of(output))
+                if result is None:
+                    result = result_of(output, self.guard.config.normalizers(call.tool))
+                self.guard.record_result(conversation, call, result)
         except Exception as error:
             self.guard.report_fault(None, error)
         self._end(run_id)
@@ -226,11 +228,9 @@ def announce(guard: LoopGuard, conversation: str, messages: Sequence[BaseMessage
     """
     if conversation.startswith("run:"):
         return
-    request_id, request = current_request(messages)
+    request_id, _ = current_request(messages)
     if request_id is not None:
-        guard.start_request(
-            conversation, request_id, rebuild=lambda engine: replay(engine, request_id, request)
-        )
+        guard.start_request(conversation, request_id, rebuild=lambda e: rebuild(e, messages))
 
 
 def conversation_for(

@@ -105,7 +105,8 @@ class LoopGuardNode:
                 if answer is None:
                     continue
                 if isinstance(verdict, Proceed):
-                    self.guard.record_result(conversation, call, result_of(answer))
+                    result = result_of(answer, self.guard.config.normalizers(call.tool))
+                    self.guard.record_result(conversation, call, result)
                 elif not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it
                     withheld = _messages.withheld_text(call.tool, self.guard.config.block_threshold)
                     block = block_message(call.id, call.tool, withheld)

@@ -134,8 +134,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     def before_agent(
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
-        """Start a new request: everything resets (SPEC §5)."""
-        return {"loop_guard": RequestState(request_id=uuid.uuid4().hex).to_dict()}
+        """Start a new request: everything resets but the recent steps (SPEC §5, §8)."""
+        previous = RequestState.from_dict(state.get("loop_guard"))
+        fresh = self.guard.engine.start_request(previous, uuid.uuid4().hex)
+        return {"loop_guard": fresh.to_dict()}
 
     @hook_config(can_jump_to=["end"])
     @override
@@ -233,7 +235,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         for answer in answers:
             call = calls.get(answer.tool_call_id)
             if call is not None:
-                snapshot, decisions = engine.record_result(snapshot, call, result_of(answer))
+                result = result_of(answer, engine.config.normalizers(call.tool))
+                snapshot, decisions = engine.record_result(snapshot, call, result)
                 self.guard.emit(conversation, decisions)
         snapshot, decisions = engine.settle(snapshot)
         self.guard.emit(conversation, decisions)

@@ -109,8 +109,9 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
             if not isinstance(decision, Proceed)
         )
 
+    state = None  # the recent steps outlive each request
     for request in _requests(conversation.messages):
-        replay(engine, None, request, observe)
+        state = replay(engine, None, request, observe, before=state)
     return report
 
 

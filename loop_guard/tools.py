@@ -207,7 +207,7 @@ class GuardedTool(BaseTool):
         if decision.conversation is None or decision.call is None:
             return output
         try:
-            result = result_of(output)
+            result = result_of(output, self.guard.config.normalizers(decision.call.tool))
             self.guard.record_result(decision.conversation, decision.call, result)
             if not self.deliver_steer or _tool_message_of(output) is None:
                 return output

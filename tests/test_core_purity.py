@@ -9,7 +9,7 @@ import pytest
 
 import loop_guard
 
-CORE = ["_config", "_engine", "_fingerprint", "_guard", "_messages", "_values"]
+CORE = ["_config", "_engine", "_fingerprint", "_guard", "_messages", "_values", "_volatile"]
 PACKAGE = Path(loop_guard.__file__).parent
 
 

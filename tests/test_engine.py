@@ -8,17 +8,22 @@ from typing import Any
 
 import pytest
 
-from loop_guard import Block, Call, GuardEvent, LoopGuard, Proceed, Result, Stop
+from loop_guard import Block, Call, GuardEvent, LoopGuard, LoopGuardConfig, Proceed, Result, Stop
 
 THREAD = "thread-1"
 
 
 class Driver:
-    """Feeds calls through a `LoopGuard` the way an agent loop would, one batch at a time."""
+    """Feeds calls through a `LoopGuard` the way an agent loop would, one batch at a time.
 
-    def __init__(self, **overrides: Any) -> None:
+    Pi's own semantics by default (`LoopGuardConfig.pi()`): the detectors beyond it have
+    their own suite, `test_detectors.py`.
+    """
+
+    def __init__(self, config: LoopGuardConfig | None = None, **overrides: Any) -> None:
         self.events: list[GuardEvent] = []
-        self.guard = LoopGuard(on_event=self.events.append, **overrides)
+        config = LoopGuardConfig.pi() if config is None else config
+        self.guard = LoopGuard(config, on_event=self.events.append, **overrides)
         self.guard.start_request(THREAD, "request-1")
         self._ids = 0
 

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loop_guard import Call, LoopGuard, Proceed, Result
+from loop_guard import Call, LoopGuard, LoopGuardConfig, Proceed, Result
 
 TOOLS = ["read", "ls", "todo"]
 
@@ -99,7 +99,7 @@ def test_engine_matches_the_reference_model(
 ) -> None:
     """Zero divergences in verdicts, events and stop over random conversations."""
     events: list[str] = []
-    guard = LoopGuard(on_event=lambda e: events.append(e.kind), **config)
+    guard = LoopGuard(LoopGuardConfig.pi(), on_event=lambda e: events.append(e.kind), **config)
     guard.start_request("t", "r")
     reference = Reference(
         warn=config["warn_threshold"],

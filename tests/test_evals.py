@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evals.traces import DEFAULT_TRACES, evaluate, summary, table
+from evals.traces import DEFAULT_TRACES, Row, evaluate, summary, table
 from loop_guard import LoopGuardConfig
 
 pytestmark = pytest.mark.skipif(
@@ -12,17 +12,40 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_pi_mode_on_the_recorded_traces() -> None:
-    """No block and no steer on the 30 healthy traces; the 117-repeat runaway is stopped
-    before its 10th call; at least 6 of the 10 loops are steered in time."""
+def _by_file(rows: list[Row]) -> dict[str, Row]:
+    return {row.file: row for row in rows}
+
+
+def test_default_detectors_meet_every_target_on_the_recorded_traces() -> None:
+    """Issue 5's targets: every loop steered no later than two calls after its labelled
+    first loop call; the 117-repeat runaway aborted before its 10th call; the interleaved
+    one blocked; zero blocks on the 30 healthy traces, steers on at most two."""
     rows = evaluate(DEFAULT_TRACES, LoopGuardConfig())
-    by_file = {row.file: row for row in rows}
+    loops = [row for row in rows if row.kind == "loop"]
     healthy = [row for row in rows if row.kind == "healthy"]
-    assert len(healthy) == 30
-    assert all(row.block is None and row.warn is None for row in healthy)
+    assert (len(loops), len(healthy)) == (10, 30)
+    late = [row.file for row in loops if not row.steered_in_time]
+    assert late == []
+    by_file = _by_file(rows)
     runaway = by_file["kimi-openclaw-P1-r5"]
     assert runaway.stop is not None
     assert runaway.stop < 10
-    assert sum(row.steered_in_time for row in rows if row.kind == "loop") >= 6
-    assert summary(rows)["healthy with a block (target 0)"] == 0
-    assert "kimi-openclaw-P2-r7" in table({"pi": rows})
+    assert by_file["kimi-openclaw-P2-r7"].block is not None
+    assert [row.file for row in healthy if row.block is not None] == []
+    assert sum(row.warn is not None for row in healthy) <= 2
+
+
+def test_pi_mode_is_the_baseline_the_detectors_improve_on() -> None:
+    """Pi mode misses the non-consecutive loops the detectors catch, and never steers
+    a healthy trace; every loop Pi catches in time, the default catches no later."""
+    pi = _by_file(evaluate(DEFAULT_TRACES, LoopGuardConfig.pi()))
+    default = _by_file(evaluate(DEFAULT_TRACES, LoopGuardConfig()))
+    assert sum(row.steered_in_time for row in pi.values()) == 6
+    assert all(row.warn is None and row.block is None for row in pi.values() if row.kind != "loop")
+    for name, row in pi.items():
+        if row.warn is not None:
+            assert default[name].warn is not None
+            assert default[name].warn <= row.warn
+    text = table({"pi": list(pi.values()), "default": list(default.values())})
+    assert "| kimi-openclaw-P2-r7 | loop | 5 | 19 | 6 / - / - | 6 / 11 / 15 |" in text
+    assert summary(list(default.values()))["loops steered in time"] == "10/10"

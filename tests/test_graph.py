@@ -89,7 +89,7 @@ def test_obedient_model_in_a_graph_is_steered_once(mode: Mode) -> None:
 def test_polling_and_different_args_in_a_graph_are_untouched() -> None:
     """A poll that advances and reads of different files: never steered or blocked."""
     turns = [[("job_status", {"job": "b"})]] * 10 + [
-        [("read_file", {"path": f"f{n % 2}.txt"})] for n in range(10)
+        [("read_file", {"path": f"f{n}.txt"})] for n in range(10)
     ]
     graph, runs, (_, events) = graph_for(sequence(*turns))
     messages = run(graph, ask(), THREAD, "invoke")

@@ -91,7 +91,7 @@ def test_obedient_model_is_steered_once_and_answers(mode: Mode) -> None:
 def test_polling_and_varied_args_are_untouched(mode: Mode) -> None:
     """A poll whose result advances, and reads of different files: no steer, no block."""
     turns = [[("job_status", {"job": "build"})]] * 12
-    turns += [[("read_file", {"path": f"file{n % 3}.txt"})] for n in range(12)]
+    turns += [[("read_file", {"path": f"file{n}.txt"})] for n in range(12)]
     agent, _, runs = build(sequence(*turns))
     messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, mode)
     assert runs.counts == {"job_status": 12, "read_file": 12}

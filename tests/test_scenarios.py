@@ -49,10 +49,17 @@ SCENARIOS = [
         {"job_status": 15},
     ),
     Scenario(
-        "alternating different files",
+        "ping-pong between two files is a cycle",
+        sequence(*[[("read_file", {"path": f"f{n % 2}"})] for n in range(12)]),
+        STOP,
+        {"read_file": 8},
+    ),
+    Scenario(
+        "alternating files in pi mode",
         sequence(*[[("read_file", {"path": f"f{n % 2}"})] for n in range(12)]),
         [],
         {"read_file": 12},
+        {"detect_cycles": False, "detect_interleaved": False},
     ),
     Scenario(
         "two passes over the same files",

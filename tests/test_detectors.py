@@ -1,0 +1,309 @@
+"""The detectors beyond the Pi extension (SPEC §8, issue 5), on the engine directly."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from loop_guard import (
+    Call,
+    Engine,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardConfig,
+    Proceed,
+    RequestState,
+    Result,
+    ToolPolicy,
+    normalize_volatile,
+)
+from loop_guard._langchain import result_of
+
+THREAD = "t"
+
+
+class Agent:
+    """Serial calls through one guard; each event is stamped with the call it came at."""
+
+    def __init__(self, config: LoopGuardConfig | None = None, **overrides: Any) -> None:
+        self.events: list[GuardEvent] = []
+        self.guard = LoopGuard(config, on_event=self.events.append, **overrides)
+        self.guard.start_request(THREAD, "r1")
+        self.calls = 0
+        self.stamps: list[tuple[int, str, str | None]] = []
+
+    def step(self, tool: str, args: Any, result: Any, *, error: bool = False, **more: Any) -> str:
+        self.calls += 1
+        call = Call.of(tool, args)
+        before = len(self.events)
+        verdict = self.guard.check_call(THREAD, call)
+        if isinstance(verdict, Proceed):
+            outcome = result if isinstance(result, Result) else Result.of(result, is_error=error)
+            self.guard.record_result(THREAD, call, outcome)
+        self.stamps += [(self.calls, e.kind, e.reason) for e in self.events[before:]]
+        return type(verdict).__name__
+
+    def new_request(self, request_id: str) -> None:
+        self.guard.start_request(THREAD, request_id)
+
+
+# Cycles -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("period", [2, 3, 4])
+def test_a_cycle_is_steered_at_three_laps_and_blocked_past_four(period: int) -> None:
+    agent = Agent()
+    verdicts = [agent.step("read", {"n": n % period}, f"r{n % period}") for n in range(6 * period)]
+    warn = 3 * period
+    assert agent.stamps[0] == (warn, "warn", "cycle")
+    assert agent.stamps[1] == (4 * period + 1, "block", "cycle")
+    assert verdicts[: 4 * period] == ["Proceed"] * (4 * period)
+    assert agent.events[0].message.count("`read`") == 1  # "the same N `read` calls"
+
+
+def test_a_cycle_longer_than_max_cycle_period_is_not_a_cycle() -> None:
+    agent = Agent(max_cycle_period=3)
+    for n in range(20):
+        agent.step("read", {"n": n % 4}, "same")
+    assert [kind for _, kind, _ in agent.stamps if kind != "warn"] == []
+
+
+def test_a_cycle_whose_results_change_is_never_blocked() -> None:
+    agent = Agent()
+    for n in range(40):
+        assert agent.step("poll", {"job": n % 2}, f"{n}% done") == "Proceed"
+    assert agent.stamps == []
+
+
+def test_the_edit_test_cycle_with_different_edits_is_never_blocked() -> None:
+    agent = Agent()
+    for n in range(12):
+        assert agent.step("edit", {"text": f"v{n}"}, "ok") == "Proceed"
+        assert agent.step("pytest", {}, "FAILED test_a") == "Proceed"
+    assert [(kind, reason) for _, kind, reason in agent.stamps] == [("warn", "interleaved")]
+
+
+def test_cycles_off_leaves_ping_pong_to_the_streak() -> None:
+    agent = Agent(detect_cycles=False, detect_interleaved=False)
+    for n in range(20):
+        assert agent.step("read", {"n": n % 2}, "same") == "Proceed"
+    assert agent.stamps == []
+
+
+# Interleaved repeats and ignored steering ------------------------------------------------
+
+
+def test_interleaved_repeat_is_steered_once_and_never_blocked() -> None:
+    agent = Agent()
+    for n in range(6):
+        agent.step("read", {"path": "missing"}, "File not found", error=True)
+        agent.step("grep", {"n": n}, f"hit {n}")
+    assert agent.stamps == [(5, "warn", "interleaved")]
+
+
+def test_interleaved_repeats_outside_the_window_are_not_counted() -> None:
+    agent = Agent(repeat_window=4)
+    for n in range(5):
+        agent.step("read", {"path": "missing"}, "File not found", error=True)
+        for k in range(3):
+            agent.step("grep", {"n": n, "k": k}, "x")
+    assert agent.stamps == []
+
+
+def test_a_returned_call_is_steered_again_then_blocked_on_its_next_repeat() -> None:
+    """Kimi P2's shape: three repeats, a diagnostic, then back to the same read."""
+    agent = Agent()
+    for _ in range(3):
+        agent.step("read", {"path": "x"}, "File not found", error=True)
+    agent.step("exec", {"cmd": "ls"}, "x.md")
+    assert agent.step("read", {"path": "x"}, "File not found", error=True) == "Proceed"
+    assert agent.step("read", {"path": "x"}, "File not found", error=True) == "Block"
+    assert agent.stamps == [(3, "warn", "repeat"), (5, "warn", "returned"), (6, "block", "repeat")]
+    assert "came back" in agent.events[1].message
+
+
+def test_without_escalation_a_returned_call_starts_from_scratch() -> None:
+    agent = Agent(escalate_ignored=False)
+    for _ in range(3):
+        agent.step("read", {"path": "x"}, "nf")
+    agent.step("exec", {"cmd": "ls"}, "x.md")
+    for _ in range(4):
+        assert agent.step("read", {"path": "x"}, "nf") == "Proceed"
+    assert [kind for _, kind, _ in agent.stamps] == ["warn", "warn"]
+
+
+def test_a_new_request_resets_everything_but_the_recent_steps() -> None:
+    """A rejected call coming back after the user's reply is still interleaved (tau-bench)."""
+    agent = Agent()
+    agent.step("book", {"flight": 1}, "Error: not available")
+    agent.new_request("r2")
+    agent.step("book", {"flight": 1}, "Error: not available")
+    agent.step("search", {"q": 1}, "[]")
+    agent.new_request("r3")
+    agent.step("book", {"flight": 1}, "Error: not available")
+    assert agent.stamps == [(4, "warn", "interleaved")]
+
+
+def test_a_plain_run_across_a_user_message_starts_a_fresh_streak() -> None:
+    """ "Keep checking": the user asked for the repeats, so only the streak judges them."""
+    agent = Agent()
+    for _ in range(4):
+        agent.step("ls", {}, "")
+    agent.new_request("r2")
+    for _ in range(2):
+        agent.step("ls", {}, "")
+    assert agent.stamps == [(3, "warn", "repeat")]
+
+
+# Unknown tools --------------------------------------------------------------------------
+
+
+def test_calls_to_an_unknown_tool_count_as_one_call_whatever_the_args() -> None:
+    agent = Agent()
+    missing = Result.of("Error: exec is not a valid tool", is_error=True, available_tools=("read",))
+    verdicts = [agent.step("exec", {"cmd": f"c{n}"}, missing) for n in range(7)]
+    assert verdicts == ["Proceed"] * 4 + ["Block"] * 3
+    assert agent.stamps[0] == (3, "warn", "unknown_tool")
+    assert "`read`" in agent.events[0].message
+    assert [kind for _, kind, _ in agent.stamps] == ["warn", "block", "block", "block", "abort"]
+
+
+def test_the_tool_node_error_for_an_unknown_tool_is_recognised() -> None:
+    from langchain_core.messages import ToolMessage
+    from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE
+
+    text = INVALID_TOOL_NAME_ERROR_TEMPLATE.format(
+        requested_tool="exec", available_tools="read, write"
+    )
+    message = ToolMessage(text, tool_call_id="1", name="exec", status="error")
+    assert result_of(message).available_tools == ("read", "write")
+    assert result_of(message.model_copy(update={"status": "success"})).available_tools is None
+
+
+def test_unknown_tool_detection_can_be_turned_off() -> None:
+    agent = Agent(detect_unknown_tools=False)
+    missing = Result.of("Error: no such tool", is_error=True, available_tools=("read",))
+    assert [agent.step("exec", {"cmd": f"c{n}"}, missing) for n in range(7)] == ["Proceed"] * 7
+
+
+# Volatile results -------------------------------------------------------------------------
+
+
+def test_volatile_fields_are_normalised_only_when_asked() -> None:
+    def output(n: int) -> str:
+        return f"run 3f2a9c1e-0b7d-4c1a-9e2f-5a6b7c8d{n:04d} at 2026-11-30T01:0{n}:13Z took {n} ms"
+
+    assert normalize_volatile(output(1)) == normalize_volatile(output(2))
+    for options, expected in (({}, []), ({"volatile_results": True}, ["warn", "block"])):
+        agent = Agent(**options)
+        config = agent.guard.config
+        for n in range(5):
+            result = result_of(output(n), config.normalizers("date"))
+            agent.step("date", {}, result)
+        assert [kind for _, kind, _ in agent.stamps] == expected
+
+
+def test_a_custom_normalizer_per_tool() -> None:
+    config = LoopGuardConfig(tools={"exec": ToolPolicy(normalizer=lambda t: t.split("|")[0])})
+    agent = Agent(config)
+    for n in range(3):
+        agent.step("exec", {}, result_of(f"same|cwd=/tmp/run-{n}", config.normalizers("exec")))
+        agent.step("other", {}, result_of(f"same|{n}", config.normalizers("other")))
+    assert config.normalizers("other") == ()
+    assert [kind for _, kind, _ in agent.stamps] == []  # "other" changes, so no cycle
+    assert len(config.normalizers("exec")) == 1
+
+
+# Per-tool policy ------------------------------------------------------------------------------
+
+
+def test_per_tool_thresholds_and_ignore_rules() -> None:
+    config = LoopGuardConfig(
+        tools={
+            "poll": ToolPolicy(warn_threshold=10, block_threshold=20),
+            "send": ToolPolicy(warn_threshold=1, block_threshold=2),
+            "todo": ToolPolicy(ignore=True),
+        }
+    )
+    agent = Agent(config)
+    assert [agent.step("send", {"to": "a"}, "sent") for _ in range(2)] == ["Proceed", "Block"]
+    agent = Agent(config)
+    assert all(agent.step("poll", {}, "running") == "Proceed" for _ in range(19))
+    assert agent.step("poll", {}, "running") == "Block"
+    agent = Agent(config)
+    assert all(agent.step("todo", {}, "same") == "Proceed" for _ in range(30))
+    assert agent.stamps == []
+
+
+def test_per_tool_policy_from_the_environment() -> None:
+    environ = {"LOOP_GUARD_TOOLS": json.dumps({"poll": {"block_threshold": 30, "volatile": True}})}
+    config = LoopGuardConfig.from_env(environ)
+    assert config.thresholds("poll") == (3, 30)
+    assert config.normalizers("poll") == (normalize_volatile,)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("LOOP_GUARD_TOOLS", "not json"),
+        ("LOOP_GUARD_TOOLS", '{"poll": {"block_threshold": 0}}'),
+        ("LOOP_GUARD_TOOLS", '{"poll": {"warn_threshold": 9}}'),
+        ("LOOP_GUARD_TOOLS", '{"poll": {"colour": "red"}}'),
+        ("LOOP_GUARD_TOOLS", '["poll"]'),
+        ("LOOP_GUARD_MAX_CYCLE_PERIOD", "1"),
+        ("LOOP_GUARD_REPEAT_WINDOW", "many"),
+        ("LOOP_GUARD_DETECT_CYCLES", "maybe"),
+    ],
+)
+def test_bad_detector_variables_disable_the_guard_with_one_error(
+    variable: str, value: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="loop_guard"):
+        config = LoopGuardConfig.from_env({variable: value})
+    assert config.enabled is False
+    assert len(caplog.records) == 1
+    assert variable in caplog.text or "tool" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_cycle_period": 1},
+        {"repeat_window": 0},
+        {"detect_cycles": "yes"},
+        {"tools": {"poll": ToolPolicy(warn_threshold=6)}},
+        {"tools": {"poll": {"block_threshold": -1}}},
+        {"tools": {"poll": "high"}},
+        {"tools": ["poll"]},
+        {"tools": {"poll": {"normalizer": "upper"}}},
+    ],
+)
+def test_bad_detector_arguments_raise_at_once(options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"\S"):
+        LoopGuard(**options)
+
+
+def test_the_environment_turns_detectors_off() -> None:
+    environ = {f"LOOP_GUARD_{name}": "off" for name in ("DETECT_CYCLES", "DETECT_INTERLEAVED",
+               "ESCALATE_IGNORED", "DETECT_UNKNOWN_TOOLS")}  # fmt: skip
+    assert LoopGuardConfig.from_env(environ) == LoopGuardConfig.pi()
+
+
+# Checkpoints -----------------------------------------------------------------------------------
+
+
+def test_detector_state_survives_a_checkpoint_round_trip() -> None:
+    engine = Engine(LoopGuardConfig())
+    state = RequestState(request_id="r")
+    for n in range(7):
+        call = Call.of("read", {"n": n % 2})
+        state, _, _ = engine.check_call(state, call)
+        state, _ = engine.record_result(state, call, Result.of("same"))
+    snapshot = json.loads(json.dumps(state.to_dict()))
+    restored = RequestState.from_dict(snapshot)
+    assert restored == state
+    call = Call.of("read", {"n": 1})
+    assert engine.check_call(restored, call)[1] == engine.check_call(state, call)[1]
