@@ -11,6 +11,7 @@ from typing import Any, Literal, final
 
 from loop_guard._config import LoopGuardConfig, resolve_config
 from loop_guard._engine import Engine, RequestState
+from loop_guard._siblings import SharedRuns
 from loop_guard._values import Block, Call, Decision, Proceed, Reason, Result, Steer, Stop
 
 logger = logging.getLogger("loop_guard")
@@ -184,6 +185,7 @@ class LoopGuard:
         self._lock = threading.Lock()
         self._sinks: tuple[Callable[[GuardEvent], object], ...] = ()
         self._counts: Counter[tuple[str, str]] = Counter()  # (tool, counter) -> n
+        self.siblings = SharedRuns()  # identical siblings share one run (`dedupe_siblings`)
 
     @property
     def config(self) -> LoopGuardConfig:

@@ -6,8 +6,9 @@ and a request the same way.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.callbacks.manager import dispatch_custom_event
@@ -19,8 +20,9 @@ from langgraph.types import Command
 from loop_guard import _messages
 from loop_guard._config import Normalizer
 from loop_guard._engine import Engine, RequestState
-from loop_guard._guard import GuardEvent
+from loop_guard._guard import GuardEvent, LoopGuard
 from loop_guard._messages import GUARD_NAME
+from loop_guard._siblings import original_of
 from loop_guard._values import Call, Decision, Proceed, Result, Stop
 
 STEER_MARK = "steer"
@@ -28,6 +30,9 @@ STEER_MARK = "steer"
 
 BLOCK_MARK = "blocked"
 """`response_metadata["loop_guard"]` of a tool result written by the guard instead of a run."""
+
+DUPLICATE_MARK = "duplicate"
+"""`response_metadata["loop_guard"]` of the shared result of an identical sibling."""
 
 RESULT_KEY = "loop_guard_result"
 """`response_metadata` key of a steered tool result: the fingerprint of what the tool returned."""
@@ -77,13 +82,50 @@ def result_of(output: Any, normalizers: Sequence[Normalizer] = ()) -> Result:
             _normalized(content, normalizers), is_error=is_error, available_tools=available
         )
     if isinstance(output, Command):
-        update = output.update
-        messages = update.get("messages", []) if isinstance(update, dict) else []
-        tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
-        if tool_messages:
-            return result_of(tool_messages[-1], normalizers)
-        return Result.of({"command": repr(update), "goto": repr(output.goto)})
+        message = tool_message_of(output)
+        if message is not None:
+            return result_of(message, normalizers)
+        return Result.of({"command": repr(output.update), "goto": repr(output.goto)})
     return Result.of(_normalized(output, normalizers))
+
+
+def tool_message_of(output: Any) -> ToolMessage | None:
+    """The tool message of a tool's output: itself, or the last one a `Command` adds."""
+    if isinstance(output, ToolMessage):
+        return output
+    if isinstance(output, Command) and isinstance(output.update, dict):
+        found = [m for m in output.update.get("messages", ()) if isinstance(m, ToolMessage)]
+        return found[-1] if found else None
+    return None
+
+
+def duplicate_of(
+    output: Any, original: Call, call_id: str, normalizers: Sequence[Normalizer] = ()
+) -> ToolMessage | None:
+    """The answer of an identical sibling that did not run: its original's tool message,
+    marked as a duplicate; `None` when the original's output has no tool message.
+
+    It keeps the fingerprint of the original's result, so it counts as the same result.
+    """
+    message = tool_message_of(output)
+    if message is None:
+        return None
+    note = _messages.duplicate_text(original.id)
+    content = message.content
+    shared = f"{note}\n\n{content}" if isinstance(content, str) else [note, *content]
+    metadata = {
+        **message.response_metadata,
+        "loop_guard": DUPLICATE_MARK,
+        RESULT_KEY: result_of(message, normalizers).fingerprint,
+    }
+    return message.model_copy(
+        update={
+            "content": shared,
+            "tool_call_id": call_id,
+            "id": None,
+            "response_metadata": metadata,
+        }
+    )
 
 
 # The tool node's answer to a call naming a tool it does not have.
@@ -252,6 +294,67 @@ def rebuild(engine: Engine, messages: Sequence[BaseMessage]) -> RequestState:
             # Each earlier batch alone, as its own request: only the step it counts matters.
             state = replay(engine, None, [message, *answers], before=state)
     return replay(engine, request_id, request, before=state)
+
+
+def shared_run(
+    guard: LoopGuard,
+    conversation: str,
+    call: Call,
+    siblings: Sequence[Call],
+    produce: Callable[[], Any],
+) -> Any:
+    """Run a tool call; with `dedupe_siblings`, identical siblings share one run.
+
+    The first identical sibling (model order) runs; each later one waits for its output
+    and answers with a copy marked as a duplicate. Fails open: a duplicate whose
+    original does not start in time, or has no tool message, runs itself.
+    """
+    sharing = _sharing(guard, conversation, call, siblings)
+    if sharing is None:
+        return produce()
+    key, duplicates, original = sharing
+    if original is None:
+        return guard.siblings.run_original(key, duplicates, produce)
+    future = guard.siblings.wait(key, duplicates)
+    if future is None:
+        return produce()
+    copy = duplicate_of(future.result(), original, call.id, guard.config.normalizers(call.tool))
+    return produce() if copy is None else copy
+
+
+async def ashared_run(
+    guard: LoopGuard,
+    conversation: str,
+    call: Call,
+    siblings: Sequence[Call],
+    produce: Callable[[], Awaitable[Any]],
+) -> Any:
+    """Async twin of `shared_run`."""
+    sharing = _sharing(guard, conversation, call, siblings)
+    if sharing is None:
+        return await produce()
+    key, duplicates, original = sharing
+    if original is None:
+        return await guard.siblings.arun_original(key, duplicates, produce)
+    future = await guard.siblings.await_(key, duplicates)
+    if future is None:
+        return await produce()
+    output = await asyncio.wrap_future(future)
+    copy = duplicate_of(output, original, call.id, guard.config.normalizers(call.tool))
+    return await produce() if copy is None else copy
+
+
+def _sharing(
+    guard: LoopGuard, conversation: str, call: Call, siblings: Sequence[Call]
+) -> tuple[tuple[str, str], int, Call | None] | None:
+    """(key, duplicates, original or None for the original) when the run is shared."""
+    if not guard.config.dedupe_siblings:
+        return None
+    duplicates = sum(sibling == call for sibling in siblings) - 1  # same tool and args
+    if duplicates < 1:
+        return None
+    original = original_of(call, siblings)
+    return (conversation, (original or call).id), duplicates, original
 
 
 def block_message(tool_call_id: str, tool: str, text: str) -> ToolMessage:

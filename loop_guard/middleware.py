@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, cast
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -15,6 +15,8 @@ from langchain.agents.middleware.types import (
 )
 from langchain_core.messages import AnyMessage, HumanMessage, ToolMessage
 from langgraph.config import get_config
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 from langgraph.typing import ContextT
 from typing_extensions import override
 
@@ -23,15 +25,18 @@ from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import RequestState
 from loop_guard._guard import GuardEvent, LoopGuard
 from loop_guard._langchain import (
+    ashared_run,
     block_message,
     call_of,
     dispatch_event,
     last_batch,
+    messages_of,
     result_of,
+    shared_run,
     stop_messages,
     thread_key,
 )
-from loop_guard._values import Block, LoopGuardAbort
+from loop_guard._values import Block, Call, LoopGuardAbort
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
@@ -169,6 +174,38 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         return None
 
     @override
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """With `dedupe_siblings`, identical calls of one response run once."""
+        shared = self._sharing(request)
+        if shared is None:
+            return handler(request)
+        conversation, call, siblings = shared
+        return cast(
+            "ToolMessage | Command[Any]",
+            shared_run(self.guard, conversation, call, siblings, lambda: handler(request)),
+        )
+
+    @override
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """Async twin of `wrap_tool_call`."""
+        shared = self._sharing(request)
+        if shared is None:
+            return await handler(request)
+        conversation, call, siblings = shared
+        return cast(
+            "ToolMessage | Command[Any]",
+            await ashared_run(self.guard, conversation, call, siblings, lambda: handler(request)),
+        )
+
+    @override
     async def abefore_agent(
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
@@ -245,6 +282,21 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         if steer is not None:
             update["messages"] = [HumanMessage(content=steer.message, name=_messages.GUARD_NAME)]
         return update
+
+    def _sharing(self, request: ToolCallRequest) -> tuple[str, Call, list[Call]] | None:
+        """The conversation, the call and its siblings when identical siblings may share."""
+        if not self.guard.config.dedupe_siblings:
+            return None
+        try:
+            message, _ = last_batch(messages_of(request.state))
+            siblings = [call_of(c) for c in message.tool_calls] if message is not None else []
+            call = next((c for c in siblings if c.id == request.tool_call["id"]), None)
+            if call is None:
+                return None
+            return _conversation(request.state), call, siblings
+        except Exception as error:  # a fault of the guard: this call runs unshared
+            self.guard.report_fault(None, error)
+            return None
 
     def _fail_open(
         self,

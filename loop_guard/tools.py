@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
@@ -23,12 +23,15 @@ from loop_guard._langchain import (
     BLOCK_MARK,
     RESULT_KEY,
     STEER_MARK,
+    ashared_run,
     call_of,
     dispatch_event,
     error_result,
     last_batch,
     messages_of,
     result_of,
+    shared_run,
+    tool_message_of,
 )
 from loop_guard._values import Block, Call, LoopGuardAbort, Result, Stop
 from loop_guard.callbacks import announce, conversation_for
@@ -48,6 +51,7 @@ class _Decision:
     conversation: str | None  # None: outside any conversation, untracked
     call: Call | None
     input: Any  # the input for the wrapped tool, without the guard's injected argument
+    siblings: tuple[Call, ...] = ()  # the calls of the same response, in model order
 
 
 class GuardedTool(BaseTool):
@@ -111,7 +115,9 @@ class GuardedTool(BaseTool):
             with _refusing(decision.refusal):
                 return _marked(super().invoke(decision.input, config, **kwargs), BLOCK_MARK)
         with self._recording_failure(decision):
-            output = self.inner.invoke(decision.input, config, **kwargs)
+            output = self._run_once(
+                decision, lambda: self.inner.invoke(decision.input, config, **kwargs)
+            )
         return self._after(decision, output)
 
     @override
@@ -127,8 +133,26 @@ class GuardedTool(BaseTool):
             with _refusing(decision.refusal):
                 return _marked(await super().ainvoke(decision.input, config, **kwargs), BLOCK_MARK)
         with self._recording_failure(decision):
-            output = await self.inner.ainvoke(decision.input, config, **kwargs)
+            output = await self._arun_once(
+                decision, lambda: self.inner.ainvoke(decision.input, config, **kwargs)
+            )
         return self._after(decision, output)
+
+    def _run_once(self, decision: _Decision, produce: Callable[[], Any]) -> Any:
+        """Run the tool; an identical sibling may share its run (`dedupe_siblings`)."""
+        if decision.conversation is None or decision.call is None:
+            return produce()
+        return shared_run(
+            self.guard, decision.conversation, decision.call, decision.siblings, produce
+        )
+
+    async def _arun_once(self, decision: _Decision, produce: Callable[[], Awaitable[Any]]) -> Any:
+        """Async twin of `_run_once`."""
+        if decision.conversation is None or decision.call is None:
+            return await produce()
+        return await ashared_run(
+            self.guard, decision.conversation, decision.call, decision.siblings, produce
+        )
 
     @override
     def _run(self, *args: Any, **kwargs: Any) -> Any:
@@ -181,7 +205,8 @@ class GuardedTool(BaseTool):
         if isinstance(verdict, Stop):
             raise LoopGuardAbort(verdict)
         refusal = verdict.message if isinstance(verdict, Block) else None
-        return _Decision(refusal=refusal, conversation=conversation, call=call, input=input)
+        shared = tuple(siblings) if position is not None else ()
+        return _Decision(refusal, conversation, call, input, shared)
 
     def _call_from_args(self, call_id: str | None, args: Any) -> Call:
         """A call no AI message shows (a direct invocation): its args minus injected ones."""
@@ -209,7 +234,7 @@ class GuardedTool(BaseTool):
         try:
             result = result_of(output, self.guard.config.normalizers(decision.call.tool))
             self.guard.record_result(decision.conversation, decision.call, result)
-            if not self.deliver_steer or _tool_message_of(output) is None:
+            if not self.deliver_steer or tool_message_of(output) is None:
                 return output
             steer = self.guard.take_steer(decision.conversation)
             return output if steer is None else _with_steer(output, steer.message, result)
@@ -315,15 +340,6 @@ def _is_tool_call(value: Any) -> bool:
     return isinstance(value, dict) and value.get("type") == "tool_call" and "args" in value
 
 
-def _tool_message_of(output: Any) -> ToolMessage | None:
-    if isinstance(output, ToolMessage):
-        return output
-    if isinstance(output, Command) and isinstance(output.update, dict):
-        found = [m for m in output.update.get("messages", ()) if isinstance(m, ToolMessage)]
-        return found[-1] if found else None
-    return None
-
-
 def _with_steer(output: Any, steer: str, result: Result) -> Any:
     """The tool's output with the steer appended to its tool message.
 
@@ -341,7 +357,7 @@ def _with_steer(output: Any, steer: str, result: Result) -> Any:
         message = output.model_copy(update={"content": steered, "response_metadata": metadata})
         return _marked(message, STEER_MARK)
     if isinstance(output, Command) and isinstance(output.update, dict):
-        found = _tool_message_of(output)
+        found = tool_message_of(output)
         messages = [
             _with_steer(m, steer, result) if m is found else m for m in output.update["messages"]
         ]

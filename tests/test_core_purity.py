@@ -9,7 +9,16 @@ import pytest
 
 import loop_guard
 
-CORE = ["_config", "_engine", "_fingerprint", "_guard", "_messages", "_values", "_volatile"]
+CORE = [
+    "_config",
+    "_engine",
+    "_fingerprint",
+    "_guard",
+    "_messages",
+    "_siblings",
+    "_values",
+    "_volatile",
+]
 PACKAGE = Path(loop_guard.__file__).parent
 
 
