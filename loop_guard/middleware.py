@@ -73,7 +73,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     `loop_guard`, once per streak); from `block_threshold` on the repeated call is
     refused before it runs (an error `ToolMessage` with the reason); after
     `abort_threshold` blocks in one request the run ends cleanly. Different arguments,
-    or a result that changes (polling), are never touched.
+    or a result that changes (polling), are never touched. Cycles, interleaved
+    repeats, returns to a steered call and calls to unknown tools are caught too
+    (`LoopGuardConfig`); identical siblings can share one run (`dedupe_siblings`).
 
     Configuration:
         - Every `LoopGuardConfig` field, as a keyword argument or a `LOOP_GUARD_*`

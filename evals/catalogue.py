@@ -1,0 +1,392 @@
+"""The scenario catalogue of notes/agent-harnesses.md §7 as scripted agents.
+
+Each scenario is a scripted agent (the only fake: the model) against deterministic
+real tools; `expect` checks the guard's events, stamped with the tool call they came
+at: true loops (A-C) are steered and stopped, legitimate shapes (D) are never
+blocked, and the guard's bookkeeping (E) holds. `tests/test_catalogue.py` runs every
+scenario through the middleware and the graph node; `evals/traces.py` reports them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.tools import BaseTool, ToolException, tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from loop_guard import GuardEvent, LoopGuardConfig, LoopGuardMiddleware
+from loop_guard.testing import Script, ScriptedChatModel, sequence
+
+Turn = Sequence[tuple[str, dict[str, Any]]]
+THREAD: Any = {"configurable": {"thread_id": "catalogue"}}
+
+
+def toolbox(runs: Counter[str]) -> list[BaseTool]:
+    """Deterministic tools: what a call returns depends only on its args and, for the
+    tools that make progress, on how often it ran."""
+    progress: Counter[str] = Counter()
+    uuids = itertools.count(1000)
+
+    @tool
+    def read(path: str) -> str:
+        """Read a file."""
+        runs["read"] += 1
+        if path.startswith("missing"):
+            raise ToolException(f"File not found: {path}")
+        return f"contents of {path}"
+
+    read.handle_tool_error = True
+
+    @tool
+    def run(command: str) -> str:
+        """Run a shell command."""
+        runs["run"] += 1
+        progress[command] += 1
+        if command.startswith("tail"):  # a log that grows
+            return f"line {progress[command]}"
+        if command == "date":  # the same answer in fresh ids and timings
+            n = next(uuids)
+            return f"request 3f2a9c1e-0b7d-4c1a-9e2f-5a6b7c8d{n:04d} done in {n % 97} ms"
+        if command.startswith("pytest"):
+            return "FAILED test_a: expected 3, got 2"
+        return f"$ {command}\nerror E1 at f.c:10"
+
+    @tool
+    def edit(path: str, old: str, new: str) -> str:
+        """Replace text in a file."""
+        runs["edit"] += 1
+        if old == "missing":
+            raise ToolException("no match for old_string")
+        return f"edited {path}"
+
+    edit.handle_tool_error = True
+
+    @tool
+    def write(path: str, content: str) -> str:
+        """Write a file."""
+        runs["write"] += 1
+        return "write complete"
+
+    @tool
+    def status(job: str) -> str:
+        """Poll a job."""
+        runs["status"] += 1
+        progress[job] += 1
+        return f"{job}: {progress[job] * 5}% done"
+
+    return [read, run, edit, write, status]
+
+
+def call(tool_name: str, **args: Any) -> tuple[str, dict[str, Any]]:
+    return tool_name, args
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A catalogue entry: its turns, and what the guard must do (checked by `expect`)."""
+
+    key: str
+    turns: list[Turn]
+    expect: Callable[[list[tuple[int, str, str | None]]], object]
+    options: dict[str, Any] = field(default_factory=dict)
+    requests: tuple[int, ...] = ()  # turns per user message; all in one by default
+
+
+def events_are(*expected: tuple[int, str, str | None]) -> Callable[[Any], None]:
+    """Exactly these (tool call index, kind, reason) events."""
+
+    def check(events: list[tuple[int, str, str | None]]) -> None:
+        assert events == list(expected)
+
+    return check
+
+
+def never_blocked(*, steers: int = 0) -> Callable[[Any], None]:
+    """No block and no stop; at most `steers` steers."""
+
+    def check(events: list[tuple[int, str, str | None]]) -> None:
+        assert [e for e in events if e[1] != "warn"] == []
+        assert len(events) <= steers, events
+
+    return check
+
+
+def steered_and_stopped(warn_by: int, block_by: int) -> Callable[[Any], None]:
+    """A steer no later than call `warn_by`, a block no later than `block_by`, then a stop."""
+
+    def check(events: list[tuple[int, str, str | None]]) -> None:
+        kinds = [kind for _, kind, _ in events]
+        assert "warn" in kinds, events
+        assert "block" in kinds, events
+        assert kinds[-1] == "abort", events
+        assert next(i for i, kind, _ in events if kind == "warn") <= warn_by
+        assert next(i for i, kind, _ in events if kind == "block") <= block_by
+
+    return check
+
+
+def _repeat(turn: Turn, times: int) -> list[Turn]:
+    return [turn] * times
+
+
+MISSING = call("read", path="missing.md")
+PING, PONG = call("read", path="/a.txt"), call("run", command="ls /workspace")
+
+SCENARIOS = [
+    # A. identical-call streaks
+    Scenario(
+        "A1 identical call, same result",
+        _repeat([call("run", command="grep foo")], 30),
+        steered_and_stopped(warn_by=3, block_by=5),
+    ),
+    Scenario(
+        "A2 identical failing call, same error",
+        _repeat([MISSING], 18),
+        events_are(
+            (3, "warn", "repeat"),
+            (5, "block", "repeat"),
+            (6, "block", "repeat"),
+            (7, "block", "repeat"),
+            (7, "abort", None),
+        ),
+    ),
+    Scenario(
+        "A4 volatile result, not normalised: progress",
+        _repeat([call("run", command="date")], 12),
+        never_blocked(),
+    ),
+    Scenario(
+        "A4 volatile result, normalised (opt-in)",
+        _repeat([call("run", command="date")], 12),
+        steered_and_stopped(warn_by=3, block_by=5),
+        {"volatile_results": True},
+    ),
+    Scenario(
+        "A10 identical parallel siblings",
+        _repeat([MISSING, MISSING, MISSING], 6),
+        steered_and_stopped(warn_by=9, block_by=15),
+    ),
+    Scenario(
+        "A15 whole batch repeated",
+        _repeat([call("read", path="a.py"), PONG], 8),
+        steered_and_stopped(warn_by=6, block_by=10),
+    ),
+    # B. alternation and cycles
+    Scenario(
+        "B1 ping-pong, stable results",
+        [[PING], [PONG]] * 10,
+        events_are(
+            (6, "warn", "cycle"),
+            (9, "block", "cycle"),
+            (10, "block", "cycle"),
+            (11, "block", "cycle"),
+            (11, "abort", None),
+        ),
+    ),
+    Scenario(
+        "B2 ping-pong, progressing results",
+        [[call("status", job="a")], [call("run", command="tail log")]] * 10,
+        never_blocked(),
+    ),
+    Scenario(
+        "B3 broken alternation",
+        [
+            [PING],
+            [PONG],
+            [PING],
+            [PONG],
+            [call("write", path="o", content="x")],
+            [PING],
+            [PONG],
+            [PING],
+            [PONG],
+        ],
+        never_blocked(steers=2),
+    ),
+    Scenario(
+        "B4 edit/build cycle, zero net change",
+        [[call("edit", path="f.c", old="missing", new="y")], [call("run", command="make")]] * 6,
+        steered_and_stopped(warn_by=6, block_by=10),
+    ),
+    Scenario(
+        "B5 edit/test with real edits, same red test",
+        [
+            t
+            for n in range(8)
+            for t in (
+                [call("edit", path="f.c", old="a", new=f"v{n}")],
+                [call("run", command="pytest -x")],
+            )
+        ],
+        never_blocked(steers=1),
+    ),
+    Scenario(
+        "B6 rotation over three files",
+        [[call("read", path=p)] for p in "abc"] * 5,
+        steered_and_stopped(warn_by=9, block_by=13),
+    ),
+    # C. interleaved and non-consecutive repetition
+    Scenario(
+        "C2 dominant call between distinct reads",
+        [t for n in range(4) for t in ([MISSING], [call("read", path=f"doc{n}.md")])][:-1],
+        events_are((5, "warn", "interleaved")),
+    ),
+    Scenario(
+        "C5 unknown tool, varying args",
+        [[call("exec", command=f"cmd{n}")] for n in range(12)],
+        events_are(
+            (3, "warn", "unknown_tool"),
+            (5, "block", "unknown_tool"),
+            (6, "block", "unknown_tool"),
+            (7, "block", "unknown_tool"),
+            (7, "abort", None),
+        ),
+    ),
+    Scenario(
+        "C1 runaway read between diagnostics",
+        [
+            *_repeat([MISSING], 3),
+            [call("run", command="find . -name ROADMAP.md")],
+            *_repeat([MISSING], 3),
+            [call("run", command="ls -la missing.md")],
+            *_repeat([MISSING], 3),
+        ],
+        steered_and_stopped(warn_by=3, block_by=8),
+    ),
+    # D. must not trigger
+    Scenario(
+        "D1 polling with progress", _repeat([call("status", job="build")], 25), never_blocked()
+    ),
+    Scenario(
+        "D3 fan-out over distinct targets, equal results",
+        [[call("write", path=f"/tmp/file-{n}.md", content="same")] for n in range(30)],
+        never_blocked(),
+    ),
+    Scenario(
+        "D4 two-pass batch",
+        [[call("write", path=f"batch-{n % 15}", content="x")] for n in range(30)],
+        never_blocked(),
+    ),
+    Scenario(
+        "D5 re-run after fix",
+        [
+            [call("read", path="missing-repro.py")],
+            [call("edit", path="repro.py", old="a", new="b")],
+            [call("read", path="repro.py")],
+        ],
+        never_blocked(),
+    ),
+    Scenario(
+        "D7 same file, different ranges",
+        [[call("read", path=f"p.c:{n * 100}")] for n in range(6)],
+        never_blocked(),
+    ),
+    Scenario(
+        "D8 sequential different reads",
+        [
+            [call("run", command="ls")],
+            [call("read", path="f1")],
+            [call("run", command="pwd")],
+            [call("read", path="f2")],
+            [call("run", command="pwd")],
+            [call("read", path="f2")],
+        ],
+        never_blocked(),
+    ),
+    Scenario(
+        "D10 write then verify",
+        [
+            t
+            for n in range(5)
+            for t in ([call("write", path="f", content=f"v{n}")], [call("status", job="f")])
+        ],
+        never_blocked(),
+    ),
+    Scenario(
+        "D11 a new user message resets",
+        _repeat([call("run", command="ls")], 6),
+        events_are((3, "warn", "repeat")),
+        requests=(4, 2),
+    ),
+    Scenario(
+        "D14 many durable mutations",
+        [[call("write", path=f"req-{n}", content="t")] for n in range(10)],
+        never_blocked(),
+    ),
+    # E. bookkeeping
+    Scenario(
+        "E1 blocked calls count toward the stop",
+        _repeat([MISSING], 10),
+        events_are(
+            (3, "warn", "repeat"),
+            (5, "block", "repeat"),
+            (6, "block", "repeat"),
+            (7, "block", "repeat"),
+            (7, "abort", None),
+        ),
+    ),
+    Scenario(
+        "E5 a mixed batch does not terminate",
+        [
+            *_repeat([MISSING], 4),
+            *_repeat([MISSING, call("read", path="x")], 1),
+            [call("read", path="y.md")],
+        ],
+        events_are((3, "warn", "repeat"), (6, "block", "repeat")),
+        {"use_terminate": True},
+    ),
+    Scenario(
+        "E9 steered once per streak", _repeat([MISSING], 4), events_are((3, "warn", "repeat"))
+    ),
+]
+
+
+def split(turns: list[Turn], requests: tuple[int, ...]) -> list[list[Turn]]:
+    sizes = itertools.accumulate(requests or (len(turns),), initial=0)
+    return [turns[start:end] for start, end in itertools.pairwise(sizes)]
+
+
+class Recorder:
+    """Numbers tool calls as the model issues them, and each event by the call it is at."""
+
+    def __init__(self) -> None:
+        self.issued = 0
+        self.events: list[tuple[int, str, str | None]] = []
+
+    def script(self, turns: list[Turn]) -> Script:
+        inner = sequence(*turns)
+
+        def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+            message = inner(messages, index)
+            self.issued += len(message.tool_calls)
+            return message
+
+        return script
+
+    def on_event(self, event: GuardEvent) -> None:
+        self.events.append((self.issued, event.kind, event.reason))
+
+
+def via_middleware(
+    scenario: Scenario,
+    recorder: Recorder,
+    runs: Counter[str],
+    config: LoopGuardConfig | None = None,
+) -> list[Any]:
+    """Run a scenario through `create_agent` with the middleware; the final messages."""
+    middleware = LoopGuardMiddleware(config, on_event=recorder.on_event, **scenario.options)
+    checkpointer = InMemorySaver()
+    messages: list[Any] = []
+    for n, part in enumerate(split(scenario.turns, scenario.requests)):
+        model = ScriptedChatModel(script=recorder.script(part))
+        agent = create_agent(
+            model, toolbox(runs), middleware=[middleware], checkpointer=checkpointer
+        )
+        messages = agent.invoke({"messages": [HumanMessage(f"request {n}")]}, THREAD)["messages"]
+    return messages
