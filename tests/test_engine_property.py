@@ -127,3 +127,39 @@ def test_engine_matches_the_reference_model(
         assert events == reference.events, (index, batch)
     stop = guard.stop_of("t")
     assert (stop.kind if stop else None) == reference.stopped
+
+
+def _first_event(config: LoopGuardConfig, batches: list[list[tuple[str, int, int, bool]]]) -> int:
+    """The index of the first batch with an event (len(batches) when none)."""
+    events: list[str] = []
+    guard = LoopGuard(config, on_event=lambda e: events.append(e.kind))
+    guard.start_request("t", "r")
+    for index, batch in enumerate(batches):
+        built = [Call.of(t, {"n": a}, id=f"c{index}_{i}") for i, (t, a, _, _) in enumerate(batch)]
+        guard.open_batch("t", built)
+        for call, (_, _, result, is_error) in zip(built, batch, strict=True):
+            if isinstance(guard.check_call("t", call), Proceed):
+                guard.record_result("t", call, Result.of(f"r{result}", is_error=is_error))
+        if events:
+            return index
+    return len(batches)
+
+
+@settings(max_examples=300, deadline=None)
+@given(conversations)
+def test_the_detectors_never_intervene_later_than_pi(
+    batches: list[list[tuple[str, int, int, bool]]],
+) -> None:
+    """Every detector only adds interventions: the defaults step in no later than Pi."""
+    assert _first_event(LoopGuardConfig(), batches) <= _first_event(LoopGuardConfig.pi(), batches)
+
+
+@settings(max_examples=300, deadline=None)
+@given(conversations)
+def test_results_that_always_change_are_never_touched(
+    batches: list[list[tuple[str, int, int, bool]]],
+) -> None:
+    """Polling with progress: when every result is new, no detector steers or blocks."""
+    fresh = [[(t, a, index * 10 + i, e) for i, (t, a, _, e) in enumerate(b)] for index, b in
+             enumerate(batches)]  # fmt: skip
+    assert _first_event(LoopGuardConfig(), fresh) == len(fresh)
