@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, cast
 from langchain.agents.middleware.types import (
     AgentMiddleware,
     AgentState,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
     PrivateStateAttr,
     ResponseT,
     hook_config,
@@ -155,11 +158,41 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         return self._fail_open(self._check_response, state)
 
     @override
-    def before_model(
-        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
-    ) -> dict[str, Any] | None:
-        """Record the last batch's results; deliver a due steer before the model runs."""
-        return self._fail_open(self._record_results, state)
+    def wrap_model_call(
+        self,
+        request: ModelRequest[ContextT],
+        handler: Callable[[ModelRequest[ContextT]], ModelResponse[ResponseT]],
+    ) -> ModelResponse[ResponseT] | ExtendedModelResponse[ResponseT]:
+        """Record the last batch's results; deliver a due steer to this model call.
+
+        Done inside the model call rather than in a `before_model` hook: no extra graph
+        step per turn. The steer is written into the history just before the model's
+        reply, where the model saw it.
+        """
+        update = self._fail_open(
+            self._record_results, cast("LoopGuardState[ResponseT]", request.state)
+        )
+        if update is None:
+            return handler(request)
+        steer: list[AnyMessage] = update.pop("messages", [])
+        response = handler(request.override(messages=[*request.messages, *steer]))
+        return self._with_update(response, steer, update)
+
+    @override
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[ContextT],
+        handler: Callable[[ModelRequest[ContextT]], Awaitable[ModelResponse[ResponseT]]],
+    ) -> ModelResponse[ResponseT] | ExtendedModelResponse[ResponseT]:
+        """Async twin of `wrap_model_call`."""
+        update = self._fail_open(
+            self._record_results, cast("LoopGuardState[ResponseT]", request.state)
+        )
+        if update is None:
+            return await handler(request)
+        steer: list[AnyMessage] = update.pop("messages", [])
+        response = await handler(request.override(messages=[*request.messages, *steer]))
+        return self._with_update(response, steer, update)
 
     @override
     def after_agent(
@@ -221,13 +254,6 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     ) -> dict[str, Any] | None:
         """Async twin of `after_model`."""
         return self.after_model(state, runtime)
-
-    @override
-    async def abefore_model(
-        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
-    ) -> dict[str, Any] | None:
-        """Async twin of `before_model`."""
-        return self.before_model(state, runtime)
 
     @override
     async def aafter_agent(
@@ -299,6 +325,15 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         except Exception as error:  # a fault of the guard: this call runs unshared
             self.guard.report_fault(None, error)
             return None
+
+    @staticmethod
+    def _with_update(
+        response: ModelResponse[ResponseT], steer: list[AnyMessage], update: dict[str, Any]
+    ) -> ExtendedModelResponse[ResponseT]:
+        reply = ModelResponse(
+            result=[*steer, *response.result], structured_response=response.structured_response
+        )
+        return ExtendedModelResponse(model_response=reply, command=Command(update=update))
 
     def _fail_open(
         self,
