@@ -182,6 +182,7 @@ class LoopGuard:
         self.on_event = on_event
         self.max_conversations = max_conversations
         self._states: OrderedDict[str, RequestState] = OrderedDict()
+        self._seen: dict[str, tuple[str, int]] = {}  # request and history length announced
         self._lock = threading.Lock()
         self._sinks: tuple[Callable[[GuardEvent], object], ...] = ()
         self._counts: Counter[tuple[str, str]] = Counter()  # (tool, counter) -> n
@@ -216,17 +217,20 @@ class LoopGuard:
         request_id: str,
         *,
         rebuild: Callable[[Engine], RequestState] | None = None,
+        seen: int = 0,
     ) -> None:
         """Begin a request, unless `request_id` is the conversation's current request.
 
         Idempotent, so several adapters may announce the same request. When the state
         held belongs to another request (or none is held, e.g. after a restart),
         `rebuild` may recreate the request's state from its history; by default the
-        request starts fresh, keeping only the conversation's recent steps.
+        request starts fresh, keeping only the conversation's recent steps. `seen` is
+        how many messages of the history the caller has looked at (see `announced`).
         """
         with self._lock:
             state = self._states.get(conversation)
             if state is not None and state.request_id == request_id:
+                self._seen[conversation] = (request_id, seen)
                 return
         # Rebuilt outside the lock: it may replay a long history.
         rebuilt = None if rebuild is None else rebuild(self.engine)
@@ -235,11 +239,26 @@ class LoopGuard:
             if state is None or state.request_id != request_id:
                 fresh = self.engine.start_request(state, request_id) if rebuilt is None else rebuilt
                 self._store(conversation, fresh)
+            self._seen[conversation] = (request_id, seen)
+
+    def announced(self, conversation: str) -> tuple[str, int] | None:
+        """The current request and the history length it was announced with, if held.
+
+        Lets an adapter look only at the messages added since, instead of walking back
+        through the whole request on every call.
+        """
+        with self._lock:
+            state = self._states.get(conversation)
+            seen = self._seen.get(conversation)
+        if state is None or seen is None or state.request_id != seen[0]:
+            return None
+        return seen
 
     def end_request(self, conversation: str) -> None:
         """Forget a conversation whose request has finished (frees its memory)."""
         with self._lock:
             self._states.pop(conversation, None)
+            self._seen.pop(conversation, None)
 
     def open_batch(self, conversation: str, calls: Sequence[Call]) -> None:
         """Declare the calls of one model response, in the model's order (SPEC §4)."""
@@ -359,4 +378,5 @@ class LoopGuard:
         self._states[conversation] = state
         self._states.move_to_end(conversation)
         while len(self._states) > self.max_conversations:
-            self._states.popitem(last=False)
+            forgotten, _ = self._states.popitem(last=False)
+            self._seen.pop(forgotten, None)

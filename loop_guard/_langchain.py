@@ -178,10 +178,14 @@ def current_request(messages: Sequence[BaseMessage]) -> tuple[str | None, Sequen
     A request begins with a user message; messages the guard inserted never count.
     """
     for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, HumanMessage) and message.name != GUARD_NAME:
-            return message.id, messages[index:]
+        if is_user_message(messages[index]):
+            return messages[index].id, messages[index:]
     return None, messages
+
+
+def is_user_message(message: BaseMessage) -> bool:
+    """Whether a message starts a request: a user's, not one the guard inserted."""
+    return isinstance(message, HumanMessage) and message.name != GUARD_NAME
 
 
 def thread_key(config: RunnableConfig | None) -> str | None:

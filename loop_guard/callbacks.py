@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from itertools import islice
 from typing import Any
 from uuid import UUID
 
@@ -19,6 +20,7 @@ from loop_guard._langchain import (
     current_request,
     dispatch_event,
     error_result,
+    is_user_message,
     rebuild,
     result_of,
     thread_key,
@@ -228,9 +230,19 @@ def announce(guard: LoopGuard, conversation: str, messages: Sequence[BaseMessage
     """
     if conversation.startswith("run:"):
         return
-    request_id, _ = current_request(messages)
-    if request_id is not None:
-        guard.start_request(conversation, request_id, rebuild=lambda e: rebuild(e, messages))
+    announced = guard.announced(conversation)
+    if announced is not None:
+        # Only the messages added since are looked at: no new user message there, the
+        # same request goes on (a shorter history, e.g. after summarising: look again).
+        request_id, seen = announced
+        if seen <= len(messages) and not any(map(is_user_message, islice(messages, seen, None))):
+            guard.start_request(conversation, request_id, seen=len(messages))
+            return
+    started, _ = current_request(messages)
+    if started is not None:
+        guard.start_request(
+            conversation, started, rebuild=lambda e: rebuild(e, messages), seen=len(messages)
+        )
 
 
 def conversation_for(

@@ -31,8 +31,7 @@ from langchain_core.messages import (
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import Engine
 from loop_guard._guard import GuardEvent
-from loop_guard._langchain import replay
-from loop_guard._messages import GUARD_NAME
+from loop_guard._langchain import is_user_message, replay
 from loop_guard._values import Call, Decision, Proceed
 
 EXIT_CLEAN, EXIT_LOOP, EXIT_UNREADABLE = 0, 1, 2
@@ -119,7 +118,7 @@ def _requests(messages: Sequence[BaseMessage]) -> Iterator[Sequence[BaseMessage]
     """Split a conversation at each user message: every request starts fresh (SPEC §5)."""
     start = 0
     for index, message in enumerate(messages):
-        if isinstance(message, HumanMessage) and message.name != GUARD_NAME and index > start:
+        if is_user_message(message) and index > start:
             yield messages[start:index]
             start = index
     yield messages[start:]

@@ -364,3 +364,27 @@ def test_the_handler_frees_a_thread_when_its_run_ends() -> None:
         assert guard._states == {}
         assert runs.counts["read_file"] == 4 * request
         assert len(blocked(current_request(messages))) == 3
+
+
+def test_announce_looks_only_at_new_messages_and_rescans_a_shorter_history() -> None:
+    """A request is followed by the tail added since the last look: a user message there
+    starts a new request; a history that got shorter (summarised) is looked at again."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from loop_guard.callbacks import announce
+
+    guard = LoopGuard()
+    first = HumanMessage("one", id="h1")
+    history: list[Any] = [first, AIMessage("", tool_calls=[{"name": "ls", "args": {}, "id": "c1"}])]
+    announce(guard, "t", history)
+    assert guard.announced("t") == ("h1", 2)
+    history += [ToolMessage("x", tool_call_id="c1"), HumanMessage("steer", name="loop_guard")]
+    announce(guard, "t", history)
+    assert guard.announced("t") == ("h1", 4)
+    history.append(HumanMessage("two", id="h2"))
+    announce(guard, "t", history)
+    assert guard.announced("t") == ("h2", 5)
+    announce(guard, "t", [HumanMessage("summary and three", id="h3")])
+    assert guard.announced("t") == ("h3", 1)
+    guard.end_request("t")
+    assert guard.announced("t") is None
