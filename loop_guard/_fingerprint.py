@@ -39,7 +39,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 MAX_DEPTH = 100
@@ -62,6 +62,64 @@ def args_fingerprint(args: Any) -> str:
         >>> args_fingerprint({"a": 1, "b": 2}) == args_fingerprint({"b": 2, "a": 1})
         True
     """
+    if _is_plain_json((args,), 0):
+        try:
+            return _encode_plain(args)
+        except (ValueError, RecursionError):  # an int past the str() digit limit; args mutated
+            pass
+    return _canonical_slow(args)
+
+
+# The fast path. For plain JSON (exact dict with str keys, list, tuple, str, int, bool, None,
+# finite non-integral float, nesting within MAX_DEPTH) C `json` writes exactly what `_encode`
+# writes: the same string quoting (`encode_basestring`), `int.__repr__`, `float.__repr__`,
+# keys sorted by code point, a tuple as a list. Anything else (integral floats, which we
+# write as ints; subclasses, whose JSON the C encoder would take from the base type;
+# non-str keys, which it would turn into strings) goes to the slow path. Ints are not
+# checked: one past Python's str() digit limit makes `_encode_plain` raise, as
+# `int.__repr__` does, and the slow path tags it.
+_encode_plain = json.JSONEncoder(
+    ensure_ascii=False,
+    # No cycle bookkeeping: `_is_plain_json` bounds the depth, so a cycle never gets here.
+    check_circular=False,
+    sort_keys=True,
+    separators=(",", ":"),
+).encode
+_PLAIN_ATOMS = frozenset({str, int, bool, type(None)})
+
+
+def _is_plain_json(items: Iterable[Any], depth: int) -> bool:
+    """Whether `items` (at nesting `depth`) are plain JSON that `_encode_plain` writes as we do.
+
+    Types only, one Python-level step per value: no string is copied.
+    """
+    for item in items:
+        kind = type(item)
+        if kind in _PLAIN_ATOMS:
+            continue
+        if kind is float:
+            # Finite and not integral, in one step: an integral float gives 0.0 and
+            # NaN or ±inf give NaN, neither of which is > 0.
+            if not item % 1.0 > 0.0:
+                return False
+        elif kind is dict:
+            if depth >= MAX_DEPTH:
+                return False
+            for key in item:
+                if type(key) is not str:
+                    return False
+            if not _is_plain_json(item.values(), depth + 1):
+                return False
+        elif kind is list or kind is tuple:
+            if depth >= MAX_DEPTH or not _is_plain_json(item, depth + 1):
+                return False
+        else:
+            return False
+    return True
+
+
+def _canonical_slow(args: Any) -> str:
+    """The reference encoder: every value, any depth, cycles (see the module docstring)."""
     out: list[str] = []
     _encode(args, out, 0, set())
     return "".join(out)

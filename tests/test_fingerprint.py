@@ -8,7 +8,9 @@ import decimal
 import enum
 import hashlib
 import json
+import math
 import tracemalloc
+from collections import OrderedDict
 from typing import Any
 
 import pydantic
@@ -16,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loop_guard import args_fingerprint, result_fingerprint
+from loop_guard import _fingerprint, args_fingerprint, result_fingerprint
 
 json_values = st.recursive(
     st.none()
@@ -176,6 +178,127 @@ def test_very_deep_nesting_is_bounded() -> None:
         node = child
     text = args_fingerprint(deep)
     assert text.endswith('{"$deep":true}' + "]" * 100)
+
+
+class Level(enum.IntEnum):
+    HIGH = 2
+
+
+class Label(str):
+    pass
+
+
+class Ratio(float):
+    pass
+
+
+class Pair(tuple[Any, ...]):
+    pass
+
+
+# Values at the edges of the fast path: integral and non-finite floats (`-0.0`, `2**53`,
+# `1e16`), ints around Python's 4300-digit str() limit, subclasses of JSON types and values
+# JSON cannot hold at all.
+_edge_leaves = st.sampled_from(
+    [
+        0.0,
+        -0.0,
+        1.0,
+        -3.0,
+        2.0**53,
+        1e16,
+        0.5,
+        -2.5e-8,
+        5e-324,
+        1.7976931348623157e308,
+        math.nan,
+        math.inf,
+        -math.inf,
+        2**64,
+        Level.HIGH,
+        Color.RED,
+        Label("a"),
+        Ratio(0.5),
+        b"a",
+        decimal.Decimal("1.5"),
+    ]
+)
+_any_text = st.text(st.characters(exclude_categories=()), max_size=8)  # incl. lone surrogates
+_any_keys = (
+    _any_text | st.integers() | st.booleans() | st.none() | st.floats() | st.just(Label("a"))
+)
+any_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | _any_text | _edge_leaves,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.lists(children, max_size=4).map(tuple)
+        | st.dictionaries(_any_text, children, max_size=4)
+        | st.dictionaries(_any_keys, children, max_size=3)
+        | st.dictionaries(_any_text, children, max_size=3).map(OrderedDict)
+        | st.frozensets(st.integers() | _any_text, max_size=3)
+    ),
+    max_leaves=20,
+)
+
+
+@given(any_values)
+def test_fast_path_is_byte_identical_to_the_reference_encoder(value: Any) -> None:
+    """Plain JSON goes through C `json`; every value still gets the reference's exact text."""
+    assert args_fingerprint(value) == _fingerprint._canonical_slow(value)
+
+
+@given(st.floats())
+def test_every_float_is_encoded_as_the_reference_does(number: float) -> None:
+    """The fast path's one-step float check: integral, NaN, ±inf, -0.0 and subnormals."""
+    assert args_fingerprint([number]) == _fingerprint._canonical_slow([number])
+
+
+@pytest.mark.parametrize("levels", [99, 100, 101, 102])
+@pytest.mark.parametrize("container", [list, dict])
+def test_fast_path_agrees_at_the_depth_limit(levels: int, container: type) -> None:
+    """Nesting just above and below MAX_DEPTH: the `$deep` marker lands in the same place."""
+    value: Any = [1.5, "x"]
+    for _ in range(levels - 1):
+        value = [value] if container is list else {"k": value}
+    assert args_fingerprint(value) == _fingerprint._canonical_slow(value)
+
+
+def _slow_calls(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    calls: list[Any] = []
+    slow = _fingerprint._canonical_slow
+
+    def spy(args: Any) -> str:
+        calls.append(args)
+        return slow(args)
+
+    monkeypatch.setattr(_fingerprint, "_canonical_slow", spy)
+    return calls
+
+
+def test_plain_json_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table of records never reaches the Python encoder (the case benchmark 1 measures)."""
+    calls = _slow_calls(monkeypatch)
+    rows = [{"id": i, "name": f"r{i}", "score": i + 0.5, "tags": ("a", None)} for i in range(3)]
+    assert args_fingerprint({"rows": rows}).startswith('{"rows":[{"id":0,"name":"r0"')
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"n": 1.0}, [math.inf], {1: "a"}, {"n": Level.HIGH}, [Label("a")], OrderedDict(a=1), Pair()],
+)
+def test_values_c_json_writes_its_own_way_take_the_slow_path(
+    monkeypatch: pytest.MonkeyPatch, value: Any
+) -> None:
+    """Integral floats, NaN and inf, non-str keys, subclasses: never C `json`'s text."""
+    calls = _slow_calls(monkeypatch)
+    args_fingerprint(value)
+    assert calls == [value]
+
+
+def test_an_int_past_the_str_digit_limit_takes_the_slow_path() -> None:
+    """C `json` raises on it (the pre-check does not look at ints); the slow path tags it."""
+    assert args_fingerprint([10**4300]) == '[{"$int":"' + format(10**4300, "x") + '"}]'
 
 
 def test_result_fingerprint_is_sha256_hex() -> None:
