@@ -48,14 +48,16 @@ class _Entry(NamedTuple):
     block: Block | None = None  # the verdict of a blocked call, for siblings asking again
 
 
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Step:
-    """A counted (call, result) pair: the unit a streak is made of (SPEC §0, §2)."""
+class Step(NamedTuple):
+    """A counted (call, result) pair: the unit a streak is made of (SPEC §0, §2).
+
+    A tuple: steps are compared on every counted step, against the last one and the
+    recent ones, and a tuple compares in C.
+    """
 
     tool: str
-    args: str
-    result: str
+    args: str  # the args fingerprint
+    result: str  # the result fingerprint
 
 
 @final
@@ -105,7 +107,7 @@ class RequestState:
         steer = self.steer
         return {
             "request_id": self.request_id,
-            "last": None if self.last is None else dataclasses.asdict(self.last),
+            "last": None if self.last is None else self.last._asdict(),
             "streak": self.streak,
             "warned": self.warned,
             "blocks": self.blocks,
@@ -262,23 +264,25 @@ class Engine:
                     streak=state.streak,
                     blocks=state.blocks,
                 )
-                return _set_outcome(state, call, _NOT_RUN, not_run), not_run, ()
+                batch = _answered(state.batch, call, _NOT_RUN, not_run)
+                return _evolve(state, batch=batch), not_run, ()
         if entry is not None and entry.outcome is not None:  # decided before
             if entry.block is not None:
                 return state, entry.block, ()
             return state, Proceed(call=call), ()
-        state, decisions = self._join(state, call)
+        state, decisions = self._admit(state, call)
         block = None if config.ignores(call.tool) else self._refusal(state, call)
         if block is None:
             proceed = Proceed(call=call)
-            return _set_outcome(state, call, _ALLOWED), proceed, (*decisions, proceed)
-        state = _evolve(state, blocks=state.blocks + 1)
-        block = dataclasses.replace(block, blocks=state.blocks)
-        state = _set_outcome(state, call, _BLOCKED, block)
+            batch = _answered(state.batch, call, _ALLOWED)
+            return _evolve(state, batch=batch), proceed, (*decisions, proceed)
+        block = dataclasses.replace(block, blocks=state.blocks + 1)
+        batch = _answered(state.batch, call, _BLOCKED, block)
+        state = _evolve(state, blocks=block.blocks, batch=batch)
         if state.blocks >= config.abort_threshold:
             state = _stopped(state, "abort", call.tool)
             return state, block, (*decisions, block, self._stop(state, call))
-        if _complete(state):
+        if _complete(batch):
             state, settling = self._settle(state)
             return state, block, (*decisions, block, *settling)
         return state, block, (*decisions, block)
@@ -314,7 +318,7 @@ class Engine:
         entry = _find(state, call.id)
         if entry is not None and entry.outcome not in _UNANSWERED:
             return state, ()
-        state, decisions = self._join(state, call)
+        state, decisions = self._admit(state, call)
         if result.available_tools is not None and config.detect_unknown_tools:
             # The tool does not exist: from now on its calls are one call, whatever the args.
             state = _evolve(
@@ -326,10 +330,10 @@ class Engine:
             )
             call = Call(tool=call.tool, fingerprint=_UNKNOWN_ARGS, args=call.args, id=call.id)
         ignored = config.ignores(call.tool, is_error=result.is_error)
-        state = _set_outcome(state, call, _IGNORED if ignored else result.fingerprint)
-        if not _complete(state):
-            return state, decisions
-        state, settled = self._settle(state)
+        batch = _answered(state.batch, call, _IGNORED if ignored else result.fingerprint)
+        if not _complete(batch):
+            return _evolve(state, batch=batch), decisions
+        state, settled = self._settle(state, batch)  # settled at once: one new state
         return state, (*decisions, *settled)
 
     def settle(self, state: RequestState) -> Transition:
@@ -350,15 +354,15 @@ class Engine:
             return None
         return self._stop(state, Call(tool=state.stop_tool, fingerprint=""))
 
-    def _join(self, state: RequestState, call: Call) -> Transition:
-        """Add a call that no response declared: it joins an open undeclared batch, or
-        starts a new one (a serial call) after settling the previous batch."""
+    def _admit(self, state: RequestState, call: Call) -> Transition:
+        """Make room for a call that no response declared: it joins an open undeclared
+        batch, or starts a new one (a serial call) once the previous batch is settled.
+        `_answered` then adds it to the batch."""
         if _find(state, call.id) is not None:
             return state, ()
-        decisions: tuple[Decision, ...] = ()
-        if state.batch_explicit or _complete(state):
-            state, decisions = self._settle(state)
-        return _evolve(state, batch=(*state.batch, _Entry(call=call))), decisions
+        if state.batch_explicit or _complete(state.batch):
+            return self._settle(state)
+        return state, ()
 
     def _refusal(self, state: RequestState, call: Call) -> Block | None:
         """The block for a call that would repeat the last step once too often (SPEC
@@ -396,12 +400,13 @@ class Engine:
             call=call, message=message, streak=state.streak, blocks=state.blocks, reason=reason
         )
 
-    def _settle(self, state: RequestState) -> Transition:
-        """Compare the batch's last call (model order) with the last step (SPEC §4)."""
-        if not state.batch:
+    def _settle(self, state: RequestState, entries: tuple[_Entry, ...] | None = None) -> Transition:
+        """Close the batch (`entries`, when given, replace the state's): compare its last
+        call in the model's order with the last step (SPEC §4)."""
+        entries = state.batch if entries is None else entries
+        if not entries:
             return state, ()
         config = self.config
-        entries = state.batch
         # Late siblings only need ids and outcomes: the args are not kept alive.
         settled = tuple(
             e._replace(call=Call(tool=e.call.tool, fingerprint=e.call.fingerprint, id=e.call.id))
@@ -409,37 +414,38 @@ class Engine:
             else e
             for e in entries
         )
-        state = _evolve(state, batch=(), batch_explicit=False, settled=settled)
+        closed = {"batch": (), "batch_explicit": False, "settled": settled}
         if state.stopped is not None:  # the request is over: nothing more to count
-            return state, ()
+            return _evolve(state, **closed), ()
         if config.use_terminate and all(e.outcome == _BLOCKED for e in entries):
-            state = _stopped(state, "terminate", entries[-1].call.tool)
+            state = _stopped(_evolve(state, **closed), "terminate", entries[-1].call.tool)
             return state, (self._stop(state, entries[-1].call),)
         # The batch's last call in the model's order is compared; ignored calls and calls
         # without a result are invisible. A blocked last call changes nothing: a block
         # never resets the streak (SPEC §3.2), even beside calls that ran.
         visible = [e for e in entries if e.outcome not in (*_UNANSWERED, _IGNORED, _NOT_RUN)]
         if not visible or visible[-1].outcome == _BLOCKED:
-            return state, ()
+            return _evolve(state, **closed), ()
         call = visible[-1].call
         step = Step(tool=call.tool, args=call.fingerprint, result=str(visible[-1].outcome))
-        state, returned = self._count(state, step)
+        state, returned = self._count(state, step, closed)
         state, steer = self._steer(state, step, call, returned)
-        if steer is None:
-            return state, ()
-        return _evolve(state, steer=steer), (steer,)
+        return state, () if steer is None else (steer,)
 
-    def _count(self, state: RequestState, step: Step) -> tuple[RequestState, bool]:
-        """Advance the streak, the cycle runs and the recent steps by one counted step.
+    def _count(
+        self, state: RequestState, step: Step, changes: dict[str, Any]
+    ) -> tuple[RequestState, bool]:
+        """Advance the streak, the cycle runs and the recent steps by one counted step,
+        along with `changes` (one new state, not two).
 
         Returns the new state and whether the step is a return to a call the model had
         been steered away from (its streak then resumes, SPEC §8 ignored steering).
         """
         returned = False
         if step == state.last:
-            changes: dict[str, Any] = {"streak": state.streak + 1}
+            changes["streak"] = state.streak + 1
         else:
-            changes = {"last": step, "streak": 1, "warned": False}
+            changes.update(last=step, streak=1, warned=False)
             if self.config.escalate_ignored:
                 for steered, level, _ in state.steered:
                     if steered == step and level:
@@ -466,7 +472,9 @@ class Engine:
         config = self.config
         warn = config.thresholds(step.tool)[0]
         cycle = self._cycle(state)
-        changes: dict[str, Any] = {"cycle_warned": cycle is not None and state.cycle_warned}
+        changes: dict[str, Any] = {}
+        if state.cycle_warned and cycle is None:  # the cycle broke: a new one steers again
+            changes["cycle_warned"] = False
         steer = None
         if state.streak >= warn and not state.warned:
             if step.args == _UNKNOWN_ARGS:
@@ -506,7 +514,9 @@ class Engine:
                 text = _messages.interleaved_steer_text(step.tool, count, config.repeat_window)
                 steer = Steer(call=call, message=text, streak=count, reason="interleaved")
                 changes["steered"] = _remember(state.steered, step, count, again=True)
-        return _evolve(state, **changes), steer
+        if steer is not None:
+            changes["steer"] = steer
+        return (_evolve(state, **changes) if changes else state), steer
 
     def _cycle(self, state: RequestState) -> tuple[tuple[Step, ...], int] | None:
         """The cycle the last steps go round, as (one lap of steps, laps), if any.
@@ -544,8 +554,8 @@ def _find(state: RequestState, call_id: str) -> _Entry | None:
     return None
 
 
-def _complete(state: RequestState) -> bool:
-    return all(entry.outcome not in _UNANSWERED for entry in state.batch)
+def _complete(batch: tuple[_Entry, ...]) -> bool:
+    return all(entry.outcome not in _UNANSWERED for entry in batch)
 
 
 def _evolve(state: RequestState, **changes: Any) -> RequestState:
@@ -654,17 +664,16 @@ def _block_text(state: RequestState, call: Call) -> str:
     return _messages.block_text(call.tool, state.streak)
 
 
-def _set_outcome(
-    state: RequestState, call: Call, outcome: str, block: Block | None = None
-) -> RequestState:
-    # The recorded call replaces the declared one: it carries the real args.
-    batch = tuple(
-        _Entry(call=call if call.args is not None else e.call, outcome=outcome, block=block)
-        if e.call.id == call.id
-        else e
-        for e in state.batch
-    )
-    return _evolve(state, batch=batch)
+def _answered(
+    batch: tuple[_Entry, ...], call: Call, outcome: str, block: Block | None = None
+) -> tuple[_Entry, ...]:
+    """The batch with `call`'s outcome set; a call not in it yet joins it at the end."""
+    for index, entry in enumerate(batch):
+        if entry.call.id == call.id:
+            # The recorded call replaces the declared one: it carries the real args.
+            kept = call if call.args is not None else entry.call
+            return (*batch[:index], _Entry(kept, outcome, block), *batch[index + 1 :])
+    return (*batch, _Entry(call, outcome, block))
 
 
 def _stopped(state: RequestState, kind: StopKind, tool: str) -> RequestState:

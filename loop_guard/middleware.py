@@ -295,7 +295,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         if not awaiting or message is None:
             return None
         # Rebuilt from the AI message, not the snapshot: the snapshot keeps no args.
-        calls = {c.id: c for c in map(call_of, message.tool_calls) if c.id in awaiting}
+        calls = {c["id"]: call_of(c) for c in message.tool_calls if c["id"] in awaiting}
         engine, conversation = self.guard.engine, _conversation(state)
         for answer in answers:
             call = calls.get(answer.tool_call_id)
