@@ -393,12 +393,20 @@ class Engine:
         ):
             return None
         text = _messages.cycle_block_text([step.tool for step in steps], laps)
-        return self._block(state, call, text, "cycle")
+        return self._block(state, call, text, "cycle", streak=laps)
 
-    def _block(self, state: RequestState, call: Call, message: str, reason: Reason) -> Block:
-        return Block(
-            call=call, message=message, streak=state.streak, blocks=state.blocks, reason=reason
-        )
+    def _block(
+        self,
+        state: RequestState,
+        call: Call,
+        message: str,
+        reason: Reason,
+        *,
+        streak: int | None = None,
+    ) -> Block:
+        """A block; its `streak` is the cycle's laps for a cycle."""
+        streak = state.streak if streak is None else streak
+        return Block(call=call, message=message, streak=streak, blocks=state.blocks, reason=reason)
 
     def _settle(self, state: RequestState, entries: tuple[_Entry, ...] | None = None) -> Transition:
         """Close the batch (`entries`, when given, replace the state's): compare its last

@@ -30,7 +30,8 @@ class GuardEvent:
         conversation: The conversation key (thread id, else the top-level run id).
         tool: The repeated tool.
         args: The repeated call's args (`None` when not known, e.g. after a restore).
-        streak: Identical steps in a row when the event happened.
+        streak: Identical steps in a row when the event happened (for a cycle: its
+            laps; for an interleaved repeat: its occurrences in the window).
         blocks: Calls blocked so far in this request.
         message: The exact text shown: to the model for warn and block, to the user
             for abort and terminate.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from itertools import islice
 from typing import Any
 from uuid import UUID
 
@@ -235,7 +234,7 @@ def announce(guard: LoopGuard, conversation: str, messages: Sequence[BaseMessage
         # Only the messages added since are looked at: no new user message there, the
         # same request goes on (a shorter history, e.g. after summarising: look again).
         request_id, seen = announced
-        if seen <= len(messages) and not any(map(is_user_message, islice(messages, seen, None))):
+        if seen <= len(messages) and not any(map(is_user_message, messages[seen:])):
             guard.start_request(conversation, request_id, seen=len(messages))
             return
     started, _ = current_request(messages)
