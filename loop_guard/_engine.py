@@ -125,11 +125,11 @@ class RequestState:
             "batch": _entries_to_json(self.batch),
             "batch_explicit": self.batch_explicit,
             "settled": _entries_to_json(self.settled),
-            "recent": [_step_to_json(step) for step in self.recent],
+            "recent": [list(step) for step in self.recent],
             "counted": self.counted,
             "runs": list(self.runs),
             "cycle_warned": self.cycle_warned,
-            "steered": [[_step_to_json(s), level, again] for s, level, again in self.steered],
+            "steered": [[list(step), level, again] for step, level, again in self.steered],
             "unknown": list(self.unknown),
             "available": list(self.available),
         }
@@ -155,12 +155,12 @@ class RequestState:
             batch=_entries_from_json(data.get("batch", ())),
             batch_explicit=bool(data.get("batch_explicit", False)),
             settled=_entries_from_json(data.get("settled", ())),
-            recent=tuple(_step_from_json(row) for row in data.get("recent", ())),
+            recent=tuple(map(Step._make, data.get("recent", ()))),
             counted=int(data.get("counted", 0)),
             runs=tuple(int(n) for n in data.get("runs", ())),
             cycle_warned=bool(data.get("cycle_warned", False)),
             steered=tuple(
-                (_step_from_json(row), int(level), bool(again))
+                (Step._make(row), int(level), bool(again))
                 for row, level, again in data.get("steered", ())
             ),
             unknown=tuple(data.get("unknown", ())),
@@ -623,15 +623,6 @@ def _entries_from_json(rows: Any) -> tuple[_Entry, ...]:
             block = Block(call=call, message=message, reason=reason, streak=streak, blocks=blocks)
         entries.append(_Entry(call=call, outcome=outcome, block=block))
     return tuple(entries)
-
-
-def _step_to_json(step: Step) -> list[str]:
-    return [step.tool, step.args, step.result]
-
-
-def _step_from_json(row: Any) -> Step:
-    tool, args, result = row
-    return Step(tool=tool, args=args, result=result)
 
 
 def _steer_from_json(last: Step, row: Any) -> Steer:
