@@ -247,7 +247,12 @@ def _charge(start: float) -> None:
 
 
 class TimedMiddleware(LoopGuardMiddleware):
-    """`LoopGuardMiddleware` with a stopwatch on each hook."""
+    """`LoopGuardMiddleware` with a stopwatch on each hook's own code.
+
+    `after_model` and `wrap_model_call` do their work through `_fail_open`, which is
+    timed (not the model call that `wrap_model_call` wraps); `wrap_tool_call` only
+    passes the call on unless `dedupe_siblings` is set.
+    """
 
     def before_agent(self, state: Any, runtime: Any) -> Any:
         start = time.thread_time()
@@ -256,18 +261,10 @@ class TimedMiddleware(LoopGuardMiddleware):
         finally:
             _charge(start)
 
-    def before_model(self, state: Any, runtime: Any) -> Any:
+    def _fail_open(self, hook: Any, state: Any) -> Any:
         start = time.thread_time()
         try:
-            return super().before_model(state, runtime)
-        finally:
-            _charge(start)
-
-    @hook_config(can_jump_to=["end"])
-    def after_model(self, state: Any, runtime: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return super().after_model(state, runtime)
+            return super()._fail_open(hook, state)
         finally:
             _charge(start)
 
@@ -292,16 +289,13 @@ class TimedToolCallLimit(ToolCallLimitMiddleware):
 
 
 class NullHooks(AgentMiddleware):
-    """Does nothing, through the same four hooks as `LoopGuardMiddleware`.
+    """Does nothing, through the same hooks as `LoopGuardMiddleware`.
 
     What any middleware with that layout costs before it does any work: the
-    framework's price of the hooks themselves (extra graph nodes).
+    framework's price of the hooks themselves (graph nodes, call wrappers).
     """
 
     def before_agent(self, state: Any, runtime: Any) -> None:
-        return None
-
-    def before_model(self, state: Any, runtime: Any) -> None:
         return None
 
     @hook_config(can_jump_to=["end"])
@@ -310,6 +304,12 @@ class NullHooks(AgentMiddleware):
 
     def after_agent(self, state: Any, runtime: Any) -> None:
         return None
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return handler(request)
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return handler(request)
 
 
 class NullAfterModel(AgentMiddleware):

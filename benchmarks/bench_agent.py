@@ -3,7 +3,7 @@
 A `create_agent` run of N distinct tool calls (an instant scripted model), with no
 middleware, with `LoopGuardMiddleware`, with LangChain's `ToolCallLimitMiddleware`
 (limits set high, so it only counts: the built-in peer doing comparable bookkeeping),
-and with a do-nothing middleware that has the same four hooks as ours (the price of the
+and with a do-nothing middleware that has the same hooks as ours (the price of the
 hooks alone). Then the hand-built graph: without a guard, with the node and the wrapped
 tools, and with the node, the wrapped tools and the callback handler.
 
@@ -109,7 +109,7 @@ def variants(steps: int) -> list[Variant]:
         "agent: ToolCallLimitMiddleware (peer)": _agent(
             lambda: [TimedToolCallLimit(run_limit=high, thread_limit=high)]
         ),
-        "agent: do-nothing middleware, our 4 hooks": _agent(lambda: [NullHooks()]),
+        "agent: do-nothing middleware, our hooks": _agent(lambda: [NullHooks()]),
         "agent: do-nothing middleware, the peer's 1 hook": _agent(lambda: [NullAfterModel()]),
         "graph: no guard": _graph(guarded=False, handler=False),
         "graph: node + wrapped tools": _graph(guarded=True, handler=False),
@@ -186,14 +186,18 @@ def run(scale: Scale) -> Section:
     ours = by_name["agent: LoopGuardMiddleware"]
     tcl = by_name[peer]
     ours_cpu, tcl_cpu = median(ours.guard_cpu), median(tcl.guard_cpu)
-    null_added = added["agent: do-nothing middleware, our 4 hooks"]
+    null_added = added["agent: do-nothing middleware, our hooks"]
     null_one = added["agent: do-nothing middleware, the peer's 1 hook"]
     section.extra_tables.append(
         (
             "Where our added time goes (create_agent, per step):",
             ["part", "ours", "ToolCallLimitMiddleware"],
             [
-                ["hook nodes per model step", "2 (before_model, after_model)", "1 (after_model)"],
+                [
+                    "hook nodes per model step",
+                    "1 (after_model), + wrap_model_call, wrap_tool_call",
+                    "1 (after_model)",
+                ],
                 ["the hooks' own code (CPU, in situ)", us(ours_cpu), us(tcl_cpu)],
                 ["the hook layout as do-nothing nodes (wall)", us(null_added), us(null_one)],
                 [

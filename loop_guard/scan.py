@@ -280,7 +280,9 @@ def print_table(reports: Sequence[Report], out: TextIO) -> None:
             print(f"\n{report.name}", file=out)
         for f in report.findings:
             args = json.dumps(f.event.args, default=str)[:60]
-            print(f"  call {f.call_index:>4}  {f.event.kind:<9} {f.event.tool} {args}", file=out)
+            why = f"({f.event.reason})" if f.event.reason else ""
+            print(f"  call {f.call_index:>4}  {f.event.kind:<9} {why:<14} {f.event.tool} {args}",
+                  file=out)  # fmt: skip
 
 
 def run_scan(
