@@ -136,6 +136,14 @@ def _repeat(turn: Turn, times: int) -> list[Turn]:
 
 
 MISSING = call("read", path="missing.md")
+PI_STOP = events_are(
+    (3, "warn", "repeat"),
+    (5, "block", "repeat"),
+    (6, "block", "repeat"),
+    (7, "block", "repeat"),
+    (7, "abort", None),
+)
+"""The Pi ladder with the defaults: steer at 3, block 5-7, stop after the 3rd block."""
 PING, PONG = call("read", path="/a.txt"), call("run", command="ls /workspace")
 
 SCENARIOS = [
@@ -148,13 +156,7 @@ SCENARIOS = [
     Scenario(
         "A2 identical failing call, same error",
         _repeat([MISSING], 18),
-        events_are(
-            (3, "warn", "repeat"),
-            (5, "block", "repeat"),
-            (6, "block", "repeat"),
-            (7, "block", "repeat"),
-            (7, "abort", None),
-        ),
+        PI_STOP,
     ),
     Scenario(
         "A4 volatile result, not normalised: progress",
@@ -323,13 +325,7 @@ SCENARIOS = [
     Scenario(
         "E1 blocked calls count toward the stop",
         _repeat([MISSING], 10),
-        events_are(
-            (3, "warn", "repeat"),
-            (5, "block", "repeat"),
-            (6, "block", "repeat"),
-            (7, "block", "repeat"),
-            (7, "abort", None),
-        ),
+        PI_STOP,
     ),
     Scenario(
         "E5 a mixed batch does not terminate",
