@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END
 from langgraph.types import Command
@@ -23,7 +23,7 @@ from loop_guard._langchain import (
     result_of,
     stop_messages,
 )
-from loop_guard._values import Proceed
+from loop_guard._values import Block, Call, Proceed, Stop
 from loop_guard.callbacks import announce, conversation_for
 
 
@@ -86,6 +86,18 @@ class LoopGuardNode:
             self.guard.report_fault(None, error)
             return Command(goto=self.next_node)
 
+    def _withheld(self, call: Call, verdict: Block | Stop, answer_id: str | None) -> ToolMessage:
+        """The answer that replaces a result the guard refused after the fact.
+
+        A tool that does not exist never ran, so its block says so and lists the tools
+        that do; any other call did run, and its result is withheld.
+        """
+        if isinstance(verdict, Block) and verdict.reason == "unknown_tool":
+            text = verdict.message
+        else:
+            text = _messages.withheld_text(call.tool, self.guard.config.block_threshold)
+        return block_message(call.id, call.tool, text).model_copy(update={"id": answer_id})
+
     def _route(self, messages: Sequence[BaseMessage], config: RunnableConfig) -> Command[Any]:
         conversation = conversation_for(self.guard, config, messages)
         if conversation is None:
@@ -108,9 +120,7 @@ class LoopGuardNode:
                     result = result_of(answer, self.guard.config.normalizers(call.tool))
                     self.guard.record_result(conversation, call, result)
                 elif not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it
-                    withheld = _messages.withheld_text(call.tool, self.guard.config.block_threshold)
-                    block = block_message(call.id, call.tool, withheld)
-                    corrections.append(block.model_copy(update={"id": answer.id}))
+                    corrections.append(self._withheld(call, verdict, answer.id))
             self.guard.settle(conversation)
         stop = self.guard.stop_of(conversation)
         if stop is not None:
