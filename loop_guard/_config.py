@@ -325,6 +325,9 @@ def _parse_policies(raw: str) -> dict[str, ToolPolicy]:
     """`LOOP_GUARD_TOOLS`: JSON mapping tool names to policy fields (no normalizers)."""
     try:
         data = json.loads(raw)
+    except RecursionError as error:
+        msg = "is nested too deeply to be a tool policy"
+        raise ValueError(msg) from error
     except json.JSONDecodeError as error:
         msg = f'is not JSON ({error.msg}); expected e.g. {{"poll": {{"block_threshold": 20}}}}'
         raise ValueError(msg) from error

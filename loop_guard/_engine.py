@@ -87,7 +87,8 @@ class RequestState:
     counted: int = 0  # steps counted in this request
     runs: tuple[int, ...] = ()  # per cycle period 2, 3, ...: steps matching one period back
     cycle_warned: bool = False
-    # (step, streak when steered, steered again on return); streak 0 for a cycle's steps
+    # (step, streak when steered, steered again on return); streak 0 when a return must
+    # not resume a streak: a cycle's steps (the cycle escalates) and interleaved repeats
     steered: tuple[tuple[Step, int, bool], ...] = ()
     unknown: tuple[str, ...] = ()  # tools found not to exist
     available: tuple[str, ...] = ()  # the tools that do, as the tool node listed them
@@ -329,6 +330,8 @@ class Engine:
                 available=result.available_tools,
             )
             call = Call(tool=call.tool, fingerprint=_UNKNOWN_ARGS, args=call.args, id=call.id)
+        elif call.tool in state.unknown:  # it exists after all (tools can be added)
+            state = _evolve(state, unknown=tuple(t for t in state.unknown if t != call.tool))
         ignored = config.ignores(call.tool, is_error=result.is_error)
         batch = _answered(state.batch, call, _IGNORED if ignored else result.fingerprint)
         if not _complete(batch):
@@ -463,7 +466,9 @@ class Engine:
         recent = state.recent
         if self._periods:
             counted = state.counted
-            runs = state.runs or (0,) * len(self._periods)
+            runs = state.runs
+            if len(runs) != len(self._periods):  # new request, or another max_cycle_period
+                runs = (0,) * len(self._periods)
             changes["runs"] = tuple(
                 run + 1 if counted >= period and recent[-period] == step else 0
                 for period, run in zip(self._periods, runs, strict=True)
@@ -521,7 +526,8 @@ class Engine:
             ):
                 text = _messages.interleaved_steer_text(step.tool, count, config.repeat_window)
                 steer = Steer(call=call, message=text, streak=count, reason="interleaved")
-                changes["steered"] = _remember(state.steered, step, count, again=True)
+                # Streak 0: steer-only, a return to it must not lead to a block.
+                changes["steered"] = _remember(state.steered, step, 0, again=True)
         if steer is not None:
             changes["steer"] = steer
         return (_evolve(state, **changes) if changes else state), steer

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from langchain_core.callbacks.manager import dispatch_custom_event
@@ -22,7 +23,7 @@ from loop_guard._config import Normalizer
 from loop_guard._engine import Engine, RequestState
 from loop_guard._guard import GuardEvent, LoopGuard
 from loop_guard._messages import GUARD_NAME
-from loop_guard._siblings import original_of
+from loop_guard._siblings import original_of, original_output
 from loop_guard._values import Call, Decision, Proceed, Result, Stop
 
 STEER_MARK = "steer"
@@ -280,24 +281,37 @@ def replay(
 def rebuild(engine: Engine, messages: Sequence[BaseMessage]) -> RequestState:
     """The state of the request a conversation's messages end in, rebuilt from them.
 
-    Only the request is replayed; the few batches before it give the recent steps
+    Only the request is replayed; the batches just before it give the recent steps
     that outlive a request, so the cost stays flat however long the thread is.
     """
     request_id, request = current_request(messages)
     start = len(messages) - len(request)
-    first, found = start, 0
-    while first > 0 and found < engine.memory:
-        first -= 1
-        message = messages[first]
-        found += isinstance(message, AIMessage) and bool(message.tool_calls)
-    window = messages[first:start]
-    answers = [m for m in window if isinstance(m, ToolMessage)]
-    state = None
-    for message in window:
-        if isinstance(message, AIMessage) and message.tool_calls:
-            # Each earlier batch alone, as its own request: only the step it counts matters.
-            state = replay(engine, None, [message, *answers], before=state)
-    return replay(engine, request_id, request, before=state)
+    return replay(engine, request_id, request, before=_recent_steps(engine, messages[:start]))
+
+
+def _recent_steps(engine: Engine, earlier: Sequence[BaseMessage]) -> RequestState | None:
+    """A state holding the last `engine.memory` steps counted in `earlier` messages.
+
+    Each batch is replayed alone, as its own request: only the step it counts matters.
+    Some batches count none (blocked, ignored), so the look back widens until enough
+    steps are found or the history starts.
+    """
+    wanted, first = engine.memory, len(earlier)
+    while True:
+        found = 0
+        while first > 0 and found < wanted:
+            first -= 1
+            message = earlier[first]
+            found += isinstance(message, AIMessage) and bool(message.tool_calls)
+        window = earlier[first:]
+        answers = [m for m in window if isinstance(m, ToolMessage)]
+        state = None
+        for message in window:
+            if isinstance(message, AIMessage) and message.tool_calls:
+                state = replay(engine, None, [message, *answers], before=state)
+        if first == 0 or (state is not None and len(state.recent) >= engine.memory):
+            return state
+        wanted *= 2
 
 
 def shared_run(
@@ -322,8 +336,10 @@ def shared_run(
     future = guard.siblings.wait(key, duplicates)
     if future is None:
         return produce()
-    copy = duplicate_of(future.result(), original, call.id, guard.config.normalizers(call.tool))
-    return produce() if copy is None else copy
+    wait_futures([future])
+    finished, output = original_output(future)
+    copy = duplicate_of(output, original, call.id, guard.config.normalizers(call.tool))
+    return produce() if not finished or copy is None else copy
 
 
 async def ashared_run(
@@ -343,9 +359,14 @@ async def ashared_run(
     future = await guard.siblings.await_(key, duplicates)
     if future is None:
         return await produce()
-    output = await asyncio.wrap_future(future)
+    try:  # shielded: cancelling this duplicate must not cancel the run others share
+        await asyncio.shield(asyncio.wrap_future(future))
+    except BaseException:
+        if not future.done():
+            raise  # this duplicate itself was cancelled
+    finished, output = original_output(future)
     copy = duplicate_of(output, original, call.id, guard.config.normalizers(call.tool))
-    return await produce() if copy is None else copy
+    return await produce() if not finished or copy is None else copy
 
 
 def _sharing(

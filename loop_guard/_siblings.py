@@ -29,6 +29,30 @@ def original_of(call: Call, siblings: Sequence[Call]) -> Call | None:
     return None
 
 
+def original_output(future: Future[Any]) -> tuple[bool, Any]:
+    """What a finished original leaves its duplicates: `(True, output)`; its own error is
+    raised again, as the duplicate would have raised it. `(False, None)` when it was
+    interrupted (cancelled, or stopped by a `BaseException`): the duplicate runs itself.
+    """
+    if future.cancelled():
+        return False, None
+    error = future.exception()
+    if error is None:
+        return True, future.result()
+    if isinstance(error, Exception):
+        raise error
+    return False, None
+
+
+def _publish(run: _Run, *, output: Any = None, error: BaseException | None = None) -> None:
+    if run.output.done():  # settled already (cancelled through a duplicate): nothing to add
+        return
+    if error is None:
+        run.output.set_result(output)
+    else:
+        run.output.set_exception(error)
+
+
 _KEPT = 1024  # runs kept at most: a duplicate that never comes cannot grow the table
 
 
@@ -67,9 +91,9 @@ class SharedRuns:
         try:
             output = produce()
         except BaseException as error:
-            run.output.set_exception(error)
+            _publish(run, error=error)
             raise
-        run.output.set_result(output)
+        _publish(run, output=output)
         return output
 
     async def arun_original(
@@ -80,9 +104,9 @@ class SharedRuns:
         try:
             output = await produce()
         except BaseException as error:
-            run.output.set_exception(error)
+            _publish(run, error=error)
             raise
-        run.output.set_result(output)
+        _publish(run, output=output)
         return output
 
     def wait(self, key: tuple[str, str], duplicates: int) -> Future[Any] | None:
@@ -106,6 +130,10 @@ class SharedRuns:
             return run
 
     def _started(self, key: tuple[str, str], duplicates: int) -> _Run:
+        with self._lock:
+            run = self._runs.get(key)
+            if run is not None and run.output.done():  # the original again: a retry
+                del self._runs[key]
         run = self._run(key, duplicates)
         run.started.set()
         return run

@@ -37,7 +37,9 @@ def normalize_volatile(text: str) -> str:
     Two results that differ only in these count as the same result, so a call that
     keeps returning "done in 12 ms (pid 4711)" with fresh numbers is seen as making
     no progress. Opt-in (`volatile_results`, or `ToolPolicy(volatile=True)`): for most
-    tools a changed number is real progress.
+    tools a changed number is real progress. Every duration goes, a countdown's too
+    ("ETA 90s", "ETA 60s" are the same): do not turn it on for a tool whose progress
+    is a shrinking time; pass your own `normalizer` instead.
 
     Example:
         >>> normalize_volatile("job 3f2a9c1e-0b7d-4c1a-9e2f-5a6b7c8d9e0f took 12 ms, pid 4711")

@@ -167,7 +167,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
 
         Done inside the model call rather than in a `before_model` hook: no extra graph
         step per turn. The steer is written into the history just before the model's
-        reply, where the model saw it.
+        reply, where the model saw it: `result` is `[steer, reply]`, so a middleware
+        wrapping this one finds the reply at `result[-1]`.
         """
         update = self._fail_open(
             self._record_results, cast("LoopGuardState[ResponseT]", request.state)

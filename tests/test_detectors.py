@@ -307,3 +307,50 @@ def test_detector_state_survives_a_checkpoint_round_trip() -> None:
     assert restored == state
     call = Call.of("read", {"n": 1})
     assert engine.check_call(restored, call)[1] == engine.check_call(state, call)[1]
+
+
+# Found in review ------------------------------------------------------------------------
+
+
+def test_returning_to_an_interleaved_repeat_never_leads_to_a_block() -> None:
+    """Interleaved repeats only steer: going back to one, even twice in a row, runs."""
+    agent = Agent()
+    for n in range(4):
+        agent.step("edit", {"text": f"v{n}"}, "ok")
+        agent.step("pytest", {}, "FAILED test_a")
+    assert agent.step("pytest", {}, "FAILED test_a") == "Proceed"
+    assert [kind for _, kind, _ in agent.stamps] == ["warn"]
+
+
+def test_a_snapshot_from_another_max_cycle_period_resumes() -> None:
+    state = RequestState(request_id="r")
+    wide = Engine(LoopGuardConfig(max_cycle_period=4))
+    for n in range(5):
+        call = Call.of("read", {"n": n})
+        state, _, _ = wide.check_call(state, call)
+        state, _ = wide.record_result(state, call, Result.of("x"))
+    narrow = Engine(LoopGuardConfig(max_cycle_period=3))
+    restored = RequestState.from_dict(json.loads(json.dumps(state.to_dict())))
+    for n in range(8):
+        call = Call.of("ls", {"n": n % 2})
+        restored, verdict, _ = narrow.check_call(restored, call)
+        restored, _ = narrow.record_result(restored, call, Result.of("y"))
+    assert len(restored.runs) == 2
+    assert isinstance(verdict, Proceed)
+
+
+def test_a_tool_first_missing_then_present_is_judged_by_its_args_again() -> None:
+    agent = Agent()
+    missing = Result.of("Error: deploy is not a valid tool", is_error=True, available_tools=())
+    agent.step("deploy", {"to": "prod"}, missing)
+    verdicts = [agent.step("deploy", {"to": "prod"}, "deployed") for _ in range(6)]
+    assert verdicts == ["Proceed"] * 4 + ["Block"] * 2
+
+
+def test_a_deeply_nested_tools_variable_disables_instead_of_crashing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="loop_guard"):
+        config = LoopGuardConfig.from_env({"LOOP_GUARD_TOOLS": "[" * 100_000})
+    assert config.enabled is False
+    assert "LOOP_GUARD_TOOLS" in caplog.text

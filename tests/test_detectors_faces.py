@@ -89,3 +89,38 @@ def test_one_guard_live_and_a_fresh_guard_agree_for_the_handler() -> None:
         }
         graph.invoke({"messages": [HumanMessage(f"try {request}")]}, config)
     assert [(e.kind, e.reason) for e in events] == [("warn", "interleaved")]
+
+
+def test_batches_that_count_no_step_do_not_shorten_the_rebuilt_memory() -> None:
+    """Seven ignored calls between the rejected bookings: the rebuilt memory still holds
+    the last counted steps, as the live state does, so both faces steer alike."""
+
+    @tool
+    def todo(item: str) -> str:
+        """Note a to-do."""
+        return "noted"
+
+    def turns(request: int) -> list[Any]:
+        notes = [[("todo", {"item": f"{request}-{n}"})] for n in range(7)]
+        return [[BOOK], [("search", {"route": f"r{request}"})], *notes]
+
+    reasons = {}
+    for face in ("middleware", "graph"):
+        checkpointer = InMemorySaver()
+        events: list[GuardEvent] = []
+        middleware = LoopGuardMiddleware(on_event=events.append, ignore_tools=["todo"])
+        guard = LoopGuard(on_event=events.append, ignore_tools=["todo"])
+        for request in range(3):
+            model = ScriptedChatModel(script=sequence(*turns(request)))
+            config: Any = {"configurable": {"thread_id": "t"}}
+            if face == "middleware":
+                agent = create_agent(
+                    model, [*tools(), todo], middleware=[middleware], checkpointer=checkpointer
+                )
+            else:
+                agent = build_graph(model, [*tools(), todo], guard, checkpointer=checkpointer)
+                config["callbacks"] = [LoopGuardCallbackHandler(guard)]
+            agent.invoke({"messages": [HumanMessage(f"try {request}")]}, config)
+        reasons[face] = [event.reason for event in events]
+    assert reasons["middleware"] == ["interleaved"]
+    assert reasons["graph"] == reasons["middleware"]

@@ -127,3 +127,65 @@ def test_sequential_tool_execution_still_runs_once(face: str) -> None:
     messages = agent.invoke(ask(), config)["messages"]
     assert runs == {"all": 1}
     assert_valid_history(messages)
+
+
+def test_a_retried_original_shares_its_retry() -> None:
+    """ToolRetryMiddleware around the guard: the original's second attempt is a new run
+    that the duplicate receives; the tool runs as often as it would without dedupe."""
+    from langchain.agents.middleware import ToolRetryMiddleware
+
+    attempts: Counter[str] = Counter()
+
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        attempts[url] += 1
+        time.sleep(0.02)
+        if attempts[url] == 1:
+            raise ConnectionError("transient")
+        return "page body"
+
+    retry = ToolRetryMiddleware(max_retries=2, initial_delay=0.01, jitter=False)
+    call = ("fetch", {"url": "u"})
+    agent = create_agent(
+        ScriptedChatModel(script=sequence([call, call])),
+        [fetch],
+        middleware=[retry, LoopGuardMiddleware(dedupe_siblings=True)],
+        checkpointer=InMemorySaver(),
+    )
+    messages = agent.invoke(ask(), {"configurable": {"thread_id": "t"}})["messages"]
+    assert attempts == {"u": 2}
+    results = answers(messages)
+    assert [m.status for m in results] == ["success", "success"]
+    assert all(str(m.content).endswith("page body") for m in results)
+
+
+def test_cancelling_one_sibling_leaves_the_others_their_result() -> None:
+    from loop_guard import Call
+    from loop_guard._langchain import ashared_run
+
+    guard = LoopGuard(dedupe_siblings=True)
+    calls = [Call.of("fetch", {"url": "u"}, id=f"c{n}") for n in range(3)]
+    runs: Counter[str] = Counter()
+
+    async def body() -> ToolMessage:
+        runs["fetch"] += 1
+        await asyncio.sleep(0.2)
+        return ToolMessage("page", tool_call_id="c0")
+
+    async def sibling(index: int, timeout: float | None = None) -> str:
+        run = ashared_run(guard, "t", calls[index], calls, body)
+        try:
+            message = await (asyncio.wait_for(run, timeout) if timeout else run)
+        except TimeoutError:
+            return "timed out"
+        return str(message.content)
+
+    async def main() -> list[str]:
+        return list(await asyncio.gather(sibling(0), sibling(1, 0.05), sibling(2)))
+
+    original, cancelled, duplicate = asyncio.run(main())
+    assert (original, cancelled) == ("page", "timed out")
+    assert duplicate.endswith("page")
+    assert "duplicate of call c0" in duplicate
+    assert runs == {"fetch": 1}
