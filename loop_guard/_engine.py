@@ -345,6 +345,16 @@ class Engine:
             return state, ()
         return self._settle(state)
 
+    def decided(self, state: RequestState, call_ids: Sequence[str | None]) -> bool:
+        """Whether every one of these calls was checked already in this batch or the last."""
+        for call_id in call_ids:
+            if call_id is None:
+                return False
+            entry = _find(state, call_id) or _settled(state, call_id)
+            if entry is None or entry.outcome is None:
+                return False
+        return True
+
     def take_steer(self, state: RequestState) -> tuple[RequestState, Steer | None]:
         """Claim the pending steer for delivery; later claims get `None` (once per streak)."""
         if state.steer is None:

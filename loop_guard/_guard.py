@@ -288,6 +288,11 @@ class LoopGuard:
         self.emit(conversation, decisions)
         return verdicts
 
+    def decided(self, conversation: str, call_ids: Sequence[str | None]) -> bool:
+        """Whether every one of these calls has its verdict already (by id)."""
+        with self._lock:
+            return self.engine.decided(self._state(conversation), call_ids)
+
     def record_result(self, conversation: str, call: Call, result: Result) -> None:
         """Record a call's result; recording the same call twice has no effect."""
         with self._lock:

@@ -191,22 +191,29 @@ class GuardedTool(BaseTool):
             return _Decision(refusal=None, conversation=None, call=None, input=input)
         announce(self.guard, conversation, messages)
         ai_message, _ = last_batch(messages)
-        siblings = [call_of(c) for c in ai_message.tool_calls] if ai_message is not None else []
+        tool_calls = ai_message.tool_calls if ai_message is not None else []
         call_id = tool_call["id"] if tool_call is not None else None
-        position = next((n for n, s in enumerate(siblings) if s.id == call_id), None)
-        if position is not None:
-            # The call as the model made it. The whole response is decided at once, in the
-            # model's order, as the middleware does: every sibling asks, the first decides.
-            call = siblings[position]
-            verdict = self.guard.check_batch(conversation, siblings)[position]
-        else:
+        ids = [c["id"] for c in tool_calls]
+        siblings: list[Call] = []
+        if call_id is None or call_id not in ids:
             call = self._call_from_args(call_id, args)
             verdict = self.guard.check_call(conversation, call)
+        elif self.guard.decided(conversation, ids) and not self.guard.config.dedupe_siblings:
+            # A sibling already had the whole response decided: this call's verdict is
+            # known by its id, so the siblings need not be fingerprinted again.
+            call = call_of(tool_calls[ids.index(call_id)])
+            verdict = self.guard.check_call(conversation, call)
+        else:
+            # The call as the model made it. The whole response is decided at once, in the
+            # model's order, as the middleware does: the first sibling to ask decides.
+            siblings = [call_of(c) for c in tool_calls]
+            position = ids.index(call_id)
+            call = siblings[position]
+            verdict = self.guard.check_batch(conversation, siblings)[position]
         if isinstance(verdict, Stop):
             raise LoopGuardAbort(verdict)
         refusal = verdict.message if isinstance(verdict, Block) else None
-        shared = tuple(siblings) if position is not None else ()
-        return _Decision(refusal, conversation, call, input, shared)
+        return _Decision(refusal, conversation, call, input, tuple(siblings))
 
     def _call_from_args(self, call_id: str | None, args: Any) -> Call:
         """A call no AI message shows (a direct invocation): its args minus injected ones."""

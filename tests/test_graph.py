@@ -388,3 +388,25 @@ def test_announce_looks_only_at_new_messages_and_rescans_a_shorter_history() -> 
     assert guard.announced("t") == ("h3", 1)
     guard.end_request("t")
     assert guard.announced("t") is None
+
+
+def test_a_wide_batch_is_fingerprinted_in_linear_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first wrapped sibling decides the whole response; the others are answered by
+    id, so a batch of n calls costs O(n) fingerprints, not one pass of n per sibling."""
+    import loop_guard._values as values
+
+    counted = 0
+    real = values.args_fingerprint
+
+    def counting(args: Any) -> str:
+        nonlocal counted
+        counted += 1
+        return real(args)
+
+    monkeypatch.setattr(values, "args_fingerprint", counting)
+    width = 16
+    batch = [("read_file", {"path": f"f{n}.txt"}) for n in range(width)]
+    graph, runs, _ = graph_for(sequence(batch))
+    graph.invoke(ask(), {**THREAD, "max_concurrency": 1})  # siblings one after another
+    assert runs.counts == {"read_file": width}
+    assert counted <= 4 * width  # the response once per reader (rebuild, wrapper, node), + 1 each
