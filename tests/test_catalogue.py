@@ -45,3 +45,4 @@ def test_catalogue_scenario_through_both_faces(scenario: Scenario) -> None:
     middleware, graph = results["via_middleware"], results["via_graph"]
     assert middleware[0] == graph[0]
     assert middleware[1] == graph[1]
+    assert middleware[2] == graph[2]
