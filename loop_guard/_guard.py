@@ -36,8 +36,8 @@ class GuardEvent:
         message: The exact text shown: to the model for warn and block, to the user
             for abort and terminate.
         reason: For warn and block, the detector that fired: `'repeat'` (the
-            streak), `'cycle'`, `'interleaved'`, `'returned'`, `'unknown_tool'` or
-            `'duplicate'`; `None` for stops and errors.
+            streak), `'cycle'`, `'interleaved'`, `'returned'` or `'unknown_tool'`;
+            `None` for stops and errors.
 
     Example:
         >>> events = []

@@ -18,7 +18,7 @@ StopKind = Literal["abort", "terminate"]
 - `'terminate'`: `use_terminate` is on and every call of a batch was blocked (SPEC §3.4).
 """
 
-Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool", "duplicate"]
+Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool"]
 """Which detector a steer or block came from.
 
 - `'repeat'`: the same call and result in a row (the streak, SPEC §2-§3).
@@ -26,7 +26,6 @@ Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool", "
 - `'interleaved'`: the same call and result recurring with other calls between.
 - `'returned'`: the model went back to a call it had been steered away from.
 - `'unknown_tool'`: repeated calls to a tool that does not exist.
-- `'duplicate'`: an identical sibling in one response (`dedupe_siblings`).
 """
 
 
