@@ -80,7 +80,29 @@ def toolbox(runs: Counter[str]) -> list[BaseTool]:
         progress[job] += 1
         return f"{job}: {progress[job] * 5}% done"
 
-    return [read, run, edit, write, status]
+    @tool
+    def lookup(query: str, fields: list[str] | None = None) -> str:
+        """Look a course up (broken: it fails the same way whatever it is asked)."""
+        runs["lookup"] += 1
+        raise ToolException("'str' object has no attribute 'get'")
+
+    lookup.handle_tool_error = True
+
+    @tool
+    def search(query: str) -> str:
+        """Search the code base."""
+        runs["search"] += 1
+        return "No results found."
+
+    @tool
+    def fetch(issue: int) -> str:
+        """Fetch an issue."""
+        runs["fetch"] += 1
+        raise ToolException("404 Not Found")
+
+    fetch.handle_tool_error = True
+
+    return [read, run, edit, write, status, lookup, search, fetch]
 
 
 def call(tool_name: str, **args: Any) -> tuple[str, dict[str, Any]]:
@@ -117,16 +139,20 @@ def never_blocked(*, steers: int = 0) -> Callable[[Any], None]:
     return check
 
 
-def steered_and_stopped(warn_by: int, block_by: int) -> Callable[[Any], None]:
-    """A steer no later than call `warn_by`, a block no later than `block_by`, then a stop."""
+def steered_and_stopped(
+    warn_by: int, block_by: int, stop_by: int | None = None
+) -> Callable[[Any], None]:
+    """A steer no later than call `warn_by`, a block no later than `block_by`, then a stop
+    (no later than `stop_by`, when given)."""
 
     def check(events: list[tuple[int, str, str | None]]) -> None:
         kinds = [kind for _, kind, _ in events]
         assert "warn" in kinds, events
         assert "block" in kinds, events
         assert kinds[-1] == "abort", events
-        assert next(i for i, kind, _ in events if kind == "warn") <= warn_by
-        assert next(i for i, kind, _ in events if kind == "block") <= block_by
+        assert next(i for i, kind, _ in events if kind == "warn") <= warn_by, events
+        assert next(i for i, kind, _ in events if kind == "block") <= block_by, events
+        assert stop_by is None or events[-1][0] <= stop_by, events
 
     return check
 
@@ -261,6 +287,46 @@ SCENARIOS = [
         ],
         steered_and_stopped(warn_by=3, block_by=8),
     ),
+    Scenario(
+        "C7 failing read between distinct diagnostics",
+        [
+            t
+            for n in range(20)
+            for t in ([MISSING], [call("run", command=f"grep -rn roadmap-{n} .")])
+        ],
+        # Steered at the 3rd read; the steer's backstop refuses the 10th: 9 reads run.
+        steered_and_stopped(warn_by=5, block_by=19, stop_by=23),
+    ),
+    Scenario(
+        "C6 broken tool, any args, irregular order",
+        [
+            [call("lookup", query=query)]
+            for query in ("Machine Learning", "ML", "ML", "C1005", "ML", "Machine Learning") * 5
+        ],
+        events_are(
+            (4, "warn", "same_error"),
+            (6, "block", "same_error"),
+            (7, "block", "same_error"),
+            (8, "block", "same_error"),
+            (8, "abort", None),
+        ),
+    ),
+    Scenario(
+        "C6 one more field per retry, same error",
+        [[call("lookup", query="ML", fields=[f"f{k}" for k in range(n)])] for n in range(19)],
+        events_are(
+            (4, "warn", "same_error"),
+            (6, "block", "same_error"),
+            (7, "block", "same_error"),
+            (8, "block", "same_error"),
+            (8, "abort", None),
+        ),
+    ),
+    Scenario(
+        "C6 enumeration meeting the same error",
+        [[call("fetch", issue=n)] for n in range(1, 5)],
+        events_are((4, "warn", "same_error")),
+    ),
     # D. must not trigger
     Scenario(
         "D1 polling with progress", _repeat([call("status", job="build")], 25), never_blocked()
@@ -315,6 +381,21 @@ SCENARIOS = [
         _repeat([call("run", command="ls")], 6),
         events_are((3, "warn", "repeat")),
         requests=(4, 2),
+    ),
+    Scenario(
+        "D18 different searches, the same empty answer",
+        [[call("search", query=f"handler {n}")] for n in range(10)],
+        never_blocked(),
+    ),
+    Scenario(
+        "D19 different missing files, errors naming each",
+        [[call("read", path=f"missing-{n}.md")] for n in range(10)],
+        never_blocked(),
+    ),
+    Scenario(
+        "D20 three variants failing alike",
+        [[call("lookup", query=q)] for q in ("ML", "Machine Learning", "C1005")],
+        never_blocked(),
     ),
     Scenario(
         "D14 many durable mutations",

@@ -40,6 +40,9 @@ class ToolPolicy:
             nonces count as unchanged (see `normalize_volatile`).
         normalizer: Your own rewrite of the result text before it is compared, e.g.
             to drop a field that changes on every call; applied after `volatile`.
+        detect_same_error: Whether identical errors for different args mean this tool
+            is broken (`LoopGuardConfig.detect_same_error`); turn it off for a tool
+            whose failures say nothing about their input (a shell's bare "exit 1").
 
     Example:
         >>> config = LoopGuardConfig(tools={"poll_job": ToolPolicy(block_threshold=30)})
@@ -53,9 +56,10 @@ class ToolPolicy:
     ignore_errors: bool | None = None
     volatile: bool | None = None
     normalizer: Normalizer | None = field(default=None, compare=False)
+    detect_same_error: bool | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ignore", "ignore_errors", "volatile"):
+        for name in ("ignore", "ignore_errors", "volatile", "detect_same_error"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 msg = f"{name} must be a bool, got {value!r}"
@@ -94,13 +98,33 @@ class LoopGuardConfig:
         detect_interleaved: Steer when the same call returns the same result again
             while other calls come between (`A, X, A, Y, A`): `warn_threshold`
             occurrences within the last `repeat_window` counted steps of the
-            conversation. It only steers, never blocks.
+            conversation. A model that ignores the steer meets its backstop.
         repeat_window: How many recent counted steps `detect_interleaved` looks at.
-        escalate_ignored: When the model returns to a call it was steered away from,
-            its streak resumes where it was instead of restarting: it is steered once
-            more, and the next identical call is blocked.
+        escalate_ignored: A steer is never the last word. When the model returns to
+            a call it was steered away from, its streak resumes where it was instead
+            of restarting: it is steered once more, and the next identical call is
+            blocked. However far apart the returns are, the backstop holds: the
+            `backstop_threshold`-th identical call of the request is blocked.
+        backstop_threshold: Within one request, once the model was steered away
+            from a call, the Nth identical call (same args, the same result every
+            time), however many other calls came between, is blocked, and so is every
+            later one; the blocks count toward the stop. Never below the tool's
+            `block_threshold`. Needs `escalate_ignored`.
+            The default 10 bounds a failing read between diagnostics at 9 runs,
+            while a test re-run between real edits stays unblocked for 8 rounds.
         detect_unknown_tools: Calls to a tool that does not exist count as the same
             call whatever their args; the steer lists the tools that do exist.
+        detect_same_error: A tool whose last `same_error_threshold` calls all
+            returned the identical error, although the args changed, is failing
+            whatever its input: the model is steered, and from then on the tool's
+            calls count as one call whatever their args (a streak already at
+            `warn_threshold`), so the next-but-one is blocked and the request
+            stopped like any streak. A result that is not that error makes the tool
+            judged by its args again.
+        same_error_threshold: Calls of one tool in a row, with the identical error
+            and at least two different argument sets, that show it broken (>= 2).
+            The default 4: three variants failing alike is ordinary debugging (a
+            build tried three ways); a fourth is not.
         volatile_results: Treat results that differ only in ids, timestamps,
             durations, pids or nonces as unchanged, for every tool (per tool:
             `ToolPolicy(volatile=True)`).
@@ -133,7 +157,10 @@ class LoopGuardConfig:
     detect_interleaved: bool = True
     repeat_window: int = 8
     escalate_ignored: bool = True
+    backstop_threshold: int = 10
     detect_unknown_tools: bool = True
+    detect_same_error: bool = True
+    same_error_threshold: int = 4
     volatile_results: bool = False
     dedupe_siblings: bool = False
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict, hash=False)
@@ -145,7 +172,8 @@ class LoopGuardConfig:
                 raise ValueError(msg)
         for name in ("warn_threshold", "block_threshold", "abort_threshold"):
             _check_threshold(name, getattr(self, name))
-        for name in ("max_cycle_period", "repeat_window"):
+        for name in ("max_cycle_period", "repeat_window", "backstop_threshold",
+                     "same_error_threshold"):  # fmt: skip
             _check_threshold(name, getattr(self, name), minimum=2)
         _check_order(self.warn_threshold, self.block_threshold, "")
         object.__setattr__(self, "ignore_tools", _as_names(self.ignore_tools))
@@ -172,6 +200,23 @@ class LoopGuardConfig:
             self.warn_threshold if policy.warn_threshold is None else policy.warn_threshold,
             self.block_threshold if policy.block_threshold is None else policy.block_threshold,
         )
+
+    def backstop(self, tool: str) -> int:
+        """The identical call of a steered call, in one request, that is blocked however
+        spread out (see `backstop_threshold`).
+
+        Example:
+            >>> LoopGuardConfig(tools={"poll": ToolPolicy(block_threshold=30)}).backstop("poll")
+            30
+        """
+        return max(self.backstop_threshold, self.thresholds(tool)[1])
+
+    def detects_same_error(self, tool: str) -> bool:
+        """Whether identical errors for different args make this tool count as broken."""
+        policy = self.tools.get(tool)
+        if policy is None or policy.detect_same_error is None:
+            return self.detect_same_error
+        return policy.detect_same_error
 
     def ignores(self, tool: str, *, is_error: bool = False) -> bool:
         """Whether a step of this tool (with this error flag) is invisible to the guard."""
@@ -230,11 +275,19 @@ _BOOLEANS = (
     "detect_interleaved",
     "escalate_ignored",
     "detect_unknown_tools",
+    "detect_same_error",
     "volatile_results",
     "dedupe_siblings",
 )
 _PI_OFF = dict.fromkeys(
-    ("detect_cycles", "detect_interleaved", "escalate_ignored", "detect_unknown_tools"), False
+    (
+        "detect_cycles",
+        "detect_interleaved",
+        "escalate_ignored",
+        "detect_unknown_tools",
+        "detect_same_error",
+    ),
+    False,
 )
 
 
@@ -284,6 +337,8 @@ def _read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str
         "abort_threshold": _parse_threshold,
         "max_cycle_period": _parse_threshold,
         "repeat_window": _parse_threshold,
+        "backstop_threshold": _parse_threshold,
+        "same_error_threshold": _parse_threshold,
         "ignore_tools": _parse_names,
         "tools": _parse_policies,
     }

@@ -35,9 +35,13 @@ _IGNORED = "ignored"  # a result the guard does not see (ignored tool or error)
 _UNANSWERED = (None, _ALLOWED)
 
 _STEERED_KEPT = 32  # steered steps remembered per request, for ignored-steering escalation
+_FAILING_KEPT = 32  # tools whose errors are followed per request, for same-error detection
 
 _UNKNOWN_ARGS = "unknown-tool"
 """The args fingerprint of every call to a tool that does not exist: args do not matter."""
+
+_SAME_ERROR_ARGS = "same-error"
+"""The args fingerprint of every failing call to a tool that fails whatever its args."""
 
 
 class _Entry(NamedTuple):
@@ -46,6 +50,24 @@ class _Entry(NamedTuple):
     call: Call
     outcome: str | None = None  # None, one of the outcomes above, or a result fingerprint
     block: Block | None = None  # the verdict of a blocked call, for siblings asking again
+
+
+class _Steered(NamedTuple):
+    """A step the model was steered away from in this request (ignored steering)."""
+
+    step: Step
+    level: int  # the streak a return resumes from; 0: a return must not resume a streak
+    again: bool  # steered a second time already, on a return
+    seen: int  # identical steps so far in this request, toward the backstop
+
+
+class _Failing(NamedTuple):
+    """The one error a tool has returned for every call since it last did anything else."""
+
+    tool: str
+    error: str  # the error's result fingerprint
+    args: tuple[str, ...]  # the first two args fingerprints it answered: were they varied?
+    calls: int  # calls of the tool it answered in a row
 
 
 class Step(NamedTuple):
@@ -87,11 +109,12 @@ class RequestState:
     counted: int = 0  # steps counted in this request
     runs: tuple[int, ...] = ()  # per cycle period 2, 3, ...: steps matching one period back
     cycle_warned: bool = False
-    # (step, streak when steered, steered again on return); streak 0 when a return must
-    # not resume a streak: a cycle's steps (the cycle escalates) and interleaved repeats
-    steered: tuple[tuple[Step, int, bool], ...] = ()
+    # Level 0 when a return must not resume a streak: a cycle's steps (the cycle
+    # escalates) and interleaved repeats. Every entry counts toward its backstop.
+    steered: tuple[_Steered, ...] = ()
     unknown: tuple[str, ...] = ()  # tools found not to exist
     available: tuple[str, ...] = ()  # the tools that do, as the tool node listed them
+    failing: tuple[_Failing, ...] = ()
 
     @property
     def awaiting(self) -> tuple[Call, ...]:
@@ -130,9 +153,10 @@ class RequestState:
             "counted": self.counted,
             "runs": list(self.runs),
             "cycle_warned": self.cycle_warned,
-            "steered": [[list(step), level, again] for step, level, again in self.steered],
+            "steered": [[list(entry.step), *entry[1:]] for entry in self.steered],
             "unknown": list(self.unknown),
             "available": list(self.available),
+            "failing": [[e.tool, e.error, list(e.args), e.calls] for e in self.failing],
         }
 
     @classmethod
@@ -161,11 +185,16 @@ class RequestState:
             runs=tuple(int(n) for n in data.get("runs", ())),
             cycle_warned=bool(data.get("cycle_warned", False)),
             steered=tuple(
-                (Step._make(row), int(level), bool(again))
-                for row, level, again in data.get("steered", ())
+                # Older snapshots have no count: the streak it was steered at.
+                _Steered(Step._make(row), int(level), bool(again), int(seen[0] if seen else level))
+                for row, level, again, *seen in data.get("steered", ())
             ),
             unknown=tuple(data.get("unknown", ())),
             available=tuple(data.get("available", ())),
+            failing=tuple(
+                _Failing(str(tool), str(error), tuple(args), int(calls))
+                for tool, error, args, calls in data.get("failing", ())
+            ),
         )
 
 
@@ -333,6 +362,9 @@ class Engine:
         elif call.tool in state.unknown:  # it exists after all (tools can be added)
             state = _evolve(state, unknown=tuple(t for t in state.unknown if t != call.tool))
         ignored = config.ignores(call.tool, is_error=result.is_error)
+        unknown = call.fingerprint == _UNKNOWN_ARGS
+        if not ignored and not unknown and config.detects_same_error(call.tool):
+            state, call = self._follow_errors(state, call, result)
         batch = _answered(state.batch, call, _IGNORED if ignored else result.fingerprint)
         if not _complete(batch):
             return _evolve(state, batch=batch), decisions
@@ -367,6 +399,47 @@ class Engine:
             return None
         return self._stop(state, Call(tool=state.stop_tool, fingerprint=""))
 
+    def _follow_errors(
+        self, state: RequestState, call: Call, result: Result
+    ) -> tuple[RequestState, Call]:
+        """Follow the error a tool keeps returning (SPEC §8 same error, any args).
+
+        Once `same_error_threshold` calls of a tool in a row returned the identical
+        error, for varied args, the tool fails whatever its input: its calls count as
+        one call, whatever their args, for as long as that error lasts.
+        """
+        failing = state.failing
+        record = next((entry for entry in failing if entry.tool == call.tool), None)
+        if not result.is_error:  # the tool answered: it is judged by its args again
+            if record is None:
+                return state, call
+            return _evolve(state, failing=tuple(e for e in failing if e.tool != call.tool)), call
+        if record is None or record.error != result.fingerprint:
+            record = _Failing(call.tool, result.fingerprint, (call.fingerprint,), 1)
+        else:
+            varied = len(record.args) > 1 or call.fingerprint in record.args
+            args = record.args if varied else (*record.args, call.fingerprint)
+            record = record._replace(args=args, calls=record.calls + 1)
+        others = tuple(entry for entry in failing if entry.tool != call.tool)
+        state = _evolve(state, failing=(*others, record)[-_FAILING_KEPT:])
+        if self._broken(record):
+            call = Call(tool=call.tool, fingerprint=_SAME_ERROR_ARGS, args=call.args, id=call.id)
+        return state, call
+
+    def _broken(self, record: _Failing) -> bool:
+        """Whether a tool's run of identical errors shows it failing whatever its args."""
+        return record.calls >= self.config.same_error_threshold and len(record.args) > 1
+
+    def _identity(self, state: RequestState, call: Call) -> str:
+        """The args fingerprint a call is judged by: one for all calls of a tool that
+        does not exist or fails whatever its args, else its own."""
+        if call.tool in state.unknown:
+            return _UNKNOWN_ARGS
+        for record in state.failing:
+            if record.tool == call.tool:
+                return _SAME_ERROR_ARGS if self._broken(record) else call.fingerprint
+        return call.fingerprint
+
     def _admit(self, state: RequestState, call: Call) -> Transition:
         """Make room for a call that no response declared: it joins an open undeclared
         batch, or starts a new one (a serial call) once the previous batch is settled.
@@ -379,34 +452,44 @@ class Engine:
 
     def _refusal(self, state: RequestState, call: Call) -> Block | None:
         """The block for a call that would repeat the last step once too often (SPEC
-        §3.2), or go on with a cycle past its block threshold; `None` lets it run."""
-        unknown = call.tool in state.unknown
-        args = _UNKNOWN_ARGS if unknown else call.fingerprint
+        §3.2), go on with a cycle past its block threshold, or return to a steered call
+        once too often (its backstop); `None` lets it run."""
+        config = self.config
+        args = self._identity(state, call)
         last = state.last
         if (
             last is not None
             and last.tool == call.tool
             and last.args == args
-            and state.streak >= self.config.thresholds(call.tool)[1] - 1
+            and state.streak >= config.thresholds(call.tool)[1] - 1
         ):
-            if unknown:
+            if args == _UNKNOWN_ARGS:
                 text = _messages.unknown_tool_block_text(
                     call.tool, state.available, state.streak + 1
                 )
                 return self._block(state, call, text, "unknown_tool")
+            if args == _SAME_ERROR_ARGS:
+                text = _messages.same_error_block_text(call.tool)
+                return self._block(state, call, text, "same_error")
             return self._block(state, call, _block_text(state, call), "repeat")
         cycle = self._cycle(state)
-        if cycle is None:
-            return None
-        steps, laps = cycle
         # Any call of the lap goes on with the cycle (skipping the blocked one does too);
         # a step outside it breaks the cycle, and the runs with it.
-        if laps < self._cycle_thresholds(steps)[1] - 1 or not any(
-            step.tool == call.tool and step.args == args for step in steps
-        ):
-            return None
-        text = _messages.cycle_block_text([step.tool for step in steps], laps)
-        return self._block(state, call, text, "cycle", streak=laps)
+        if cycle is not None:
+            steps, laps = cycle
+            if laps >= self._cycle_thresholds(steps)[1] - 1 and any(
+                step.tool == call.tool and step.args == args for step in steps
+            ):
+                text = _messages.cycle_block_text([step.tool for step in steps], laps)
+                return self._block(state, call, text, "cycle", streak=laps)
+        if config.escalate_ignored:
+            backstop = config.backstop(call.tool)
+            for entry in state.steered:
+                step = entry.step
+                if step.tool == call.tool and step.args == args and entry.seen >= backstop - 1:
+                    text = _messages.backstop_block_text(call.tool, entry.seen + 1)
+                    return self._block(state, call, text, "returned", streak=entry.seen)
+        return None
 
     def _block(
         self,
@@ -417,7 +500,8 @@ class Engine:
         *,
         streak: int | None = None,
     ) -> Block:
-        """A block; its `streak` is the cycle's laps for a cycle."""
+        """A block; its `streak` is the cycle's laps for a cycle, the identical calls
+        of the request for a backstop."""
         streak = state.streak if streak is None else streak
         return Block(call=call, message=message, streak=streak, blocks=state.blocks, reason=reason)
 
@@ -463,16 +547,21 @@ class Engine:
         been steered away from (its streak then resumes, SPEC §8 ignored steering).
         """
         returned = False
+        escalate = self.config.escalate_ignored
         if step == state.last:
             changes["streak"] = state.streak + 1
         else:
             changes.update(last=step, streak=1, warned=False)
-            if self.config.escalate_ignored:
-                for steered, level, _ in state.steered:
-                    if steered == step and level:
-                        changes.update(streak=level + 1, warned=True)
-                        returned = True
-                        break
+            steered = next((entry for entry in state.steered if entry.step == step), None)
+            if escalate and steered is not None and steered.level:
+                changes.update(streak=steered.level + 1, warned=True)
+                returned = True
+            elif steered is None and step.args == _SAME_ERROR_ARGS:
+                # The failing calls that showed the tool broken were one call: its
+                # streak starts where a steer is due.
+                changes["streak"] = self.config.thresholds(step.tool)[0]
+        if escalate and state.steered:
+            changes["steered"] = _counted(state.steered, step)
         recent = state.recent
         if self._periods:
             counted = state.counted
@@ -503,13 +592,15 @@ class Engine:
             if step.args == _UNKNOWN_ARGS:
                 text = _messages.unknown_tool_steer_text(step.tool, state.available, state.streak)
                 steer = Steer(call=call, message=text, streak=state.streak, reason="unknown_tool")
+            elif step.args == _SAME_ERROR_ARGS:
+                text = _messages.same_error_steer_text(step.tool)
+                steer = Steer(call=call, message=text, streak=state.streak, reason="same_error")
             else:
                 text = _messages.steer_text(step.tool, state.streak)
                 steer = Steer(call=call, message=text, streak=state.streak)
-            changes.update(
-                warned=True, steered=_remember(state.steered, step, state.streak, again=False)
-            )
-        elif returned and not any(s == step and again for s, _, again in state.steered):
+            steered = _remember(state.steered, step, state.streak, again=False, seen=state.streak)
+            changes.update(warned=True, steered=steered)
+        elif returned and not any(e.step == step and e.again for e in state.steered):
             text = _messages.returned_steer_text(step.tool, state.streak)
             steer = Steer(call=call, message=text, streak=state.streak, reason="returned")
             changes["steered"] = _remember(state.steered, step, state.streak, again=True)
@@ -519,8 +610,8 @@ class Engine:
                 text = _messages.cycle_steer_text([s.tool for s in steps], laps)
                 steer = Steer(call=call, message=text, streak=laps, reason="cycle")
                 steered = state.steered
-                for lap_step in steps:  # streak 0: its cycle escalates it, not a return
-                    steered = _remember(steered, lap_step, 0, again=True)
+                for lap_step in steps:  # level 0: its cycle escalates it, not a return
+                    steered = _remember(steered, lap_step, 0, again=True, seen=laps)
                 changes.update(cycle_warned=True, steered=steered)
         elif config.detect_interleaved:
             # Only when other steps came between the occurrences (a plain run of repeats
@@ -531,13 +622,13 @@ class Engine:
             if (
                 count >= warn
                 and count > _trailing_run(window)
-                and all(s != step for s, _, _ in state.steered)
+                and all(entry.step != step for entry in state.steered)
                 and not _progressing(window)
             ):
                 text = _messages.interleaved_steer_text(step.tool, count, config.repeat_window)
                 steer = Steer(call=call, message=text, streak=count, reason="interleaved")
-                # Streak 0: steer-only, a return to it must not lead to a block.
-                changes["steered"] = _remember(state.steered, step, 0, again=True)
+                # Level 0: a return does not resume a streak; the backstop bounds it.
+                changes["steered"] = _remember(state.steered, step, 0, again=True, seen=count)
         if steer is not None:
             changes["steer"] = steer
         return (_evolve(state, **changes) if changes else state), steer
@@ -604,6 +695,7 @@ def _evolve(state: RequestState, **changes: Any) -> RequestState:
         steered=state.steered,
         unknown=state.unknown,
         available=state.available,
+        failing=state.failing,
     )
     for name, value in changes.items():
         setattr(clone, name, value)
@@ -668,11 +760,26 @@ def _progressing(steps: tuple[Step, ...]) -> bool:
 
 
 def _remember(
-    steered: tuple[tuple[Step, int, bool], ...], step: Step, streak: int, *, again: bool
-) -> tuple[tuple[Step, int, bool], ...]:
-    """`steered` with `step` steered at `streak` (the latest few steps are kept)."""
-    kept = tuple(entry for entry in steered if entry[0] != step)
-    return (*kept, (step, streak, again))[-_STEERED_KEPT:]
+    steered: tuple[_Steered, ...], step: Step, level: int, *, again: bool, seen: int = 0
+) -> tuple[_Steered, ...]:
+    """`steered` with `step` steered at `level`, its count kept (the latest few steps
+    are kept)."""
+    seen = max(seen, next((entry.seen for entry in steered if entry.step == step), 0))
+    kept = tuple(entry for entry in steered if entry.step != step)
+    return (*kept, _Steered(step, level, again, seen))[-_STEERED_KEPT:]
+
+
+def _counted(steered: tuple[_Steered, ...], step: Step) -> tuple[_Steered, ...]:
+    """`steered` after one more counted step: the same step counts toward its backstop;
+    the same call with another result is progress, and its steer is forgotten."""
+    kept = []
+    for entry in steered:
+        if entry.step == step:
+            entry = entry._replace(seen=entry.seen + 1)
+        elif entry.step.tool == step.tool and entry.step.args == step.args:
+            continue
+        kept.append(entry)
+    return tuple(kept)
 
 
 def _block_text(state: RequestState, call: Call) -> str:

@@ -123,6 +123,37 @@ def unknown_tool_block_text(tool: str, available: tuple[str, ...], count: int) -
     )
 
 
+def backstop_block_text(tool: str, count: int) -> str:
+    """The error result of a call the model kept returning to after being steered away."""
+    return (
+        f"LOOP GUARD: this call was blocked and `{tool}` was not run. This would be the "
+        f"{_ordinal(count)} time in this request that you make this exact call, and it "
+        "returned the same result every time, although you were told to stop. It will not "
+        "be run again in this request; use the result you already have, try a different "
+        "approach, or give your final answer."
+    )
+
+
+def same_error_steer_text(tool: str) -> str:
+    """The steer message for a tool that fails the same way whatever its args."""
+    return (
+        f"LOOP GUARD: `{tool}` keeps returning the identical error although you changed "
+        "its arguments: it is failing whatever you pass it, so other arguments will not "
+        f"help. Stop calling `{tool}`: fix what the error names, use another tool or "
+        "approach, or give your final answer and say that the tool is failing."
+    )
+
+
+def same_error_block_text(tool: str) -> str:
+    """The error result of another call to a tool that fails whatever its args."""
+    return (
+        f"LOOP GUARD: this call was blocked and `{tool}` was not run. It kept returning the "
+        "identical error whatever the arguments, also after you were told so. Do not call "
+        f"`{tool}` again with other arguments; use another tool or approach, or give your "
+        "final answer and say that the tool is failing."
+    )
+
+
 def duplicate_text(original_id: str) -> str:
     """Prefixed to the shared result of an identical sibling that did not run itself."""
     return (
@@ -139,3 +170,8 @@ def _sequence(tools: list[str]) -> str:
 
 def _names(tools: tuple[str, ...]) -> str:
     return ", ".join(f"`{tool}`" for tool in tools) if tools else "(none listed)"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -18,14 +18,16 @@ StopKind = Literal["abort", "terminate"]
 - `'terminate'`: `use_terminate` is on and every call of a batch was blocked (SPEC §3.4).
 """
 
-Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool"]
+Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool", "same_error"]
 """Which detector a steer or block came from.
 
 - `'repeat'`: the same call and result in a row (the streak, SPEC §2-§3).
 - `'cycle'`: a sequence of 2..`max_cycle_period` steps repeated lap after lap.
 - `'interleaved'`: the same call and result recurring with other calls between.
-- `'returned'`: the model went back to a call it had been steered away from.
+- `'returned'`: the model went back to a call it had been steered away from (a
+  block with this reason is the steer's backstop).
 - `'unknown_tool'`: repeated calls to a tool that does not exist.
+- `'same_error'`: a tool returning the identical error whatever its args.
 """
 
 

@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scan.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     scan.add_argument("--thread", help="the thread to read from a LangGraph SQLite database")
     scan.add_argument("--json", action="store_true", help="print JSON for machines")
-    for option in ("warn", "block", "abort"):
+    for option in ("warn", "block", "abort", "backstop", "same-error"):
         scan.add_argument(f"--{option}-threshold", type=int, metavar="N")
     scan.add_argument("--ignore-tools", metavar="A,B", help="comma-separated tool names")
     scan.add_argument("--ignore-errors", action="store_true", default=None)
@@ -77,6 +77,8 @@ def _scan(args: argparse.Namespace) -> int:
         "warn_threshold",
         "block_threshold",
         "abort_threshold",
+        "backstop_threshold",
+        "same_error_threshold",
         "ignore_tools",
         "ignore_errors",
         "use_terminate",

@@ -77,7 +77,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     refused before it runs (an error `ToolMessage` with the reason); after
     `abort_threshold` blocks in one request the run ends cleanly. Different arguments,
     or a result that changes (polling), are never touched. Cycles, interleaved
-    repeats, returns to a steered call and calls to unknown tools are caught too
+    repeats, returns to a steered call, tools failing the same way whatever their
+    args and calls to unknown tools are caught too, and every steer has a backstop
     (`LoopGuardConfig`); identical siblings can share one run (`dedupe_siblings`).
 
     Configuration:

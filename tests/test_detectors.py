@@ -78,12 +78,18 @@ def test_a_cycle_whose_results_change_is_never_blocked() -> None:
     assert agent.stamps == []
 
 
-def test_the_edit_test_cycle_with_different_edits_is_never_blocked() -> None:
+def test_the_edit_test_cycle_with_different_edits_is_only_steered_for_eight_laps() -> None:
+    """Real edits, the same red test: steered, and only the backstop (the 10th identical
+    test run of the request) ever refuses it."""
     agent = Agent()
-    for n in range(12):
+    for n in range(8):
         assert agent.step("edit", {"text": f"v{n}"}, "ok") == "Proceed"
         assert agent.step("pytest", {}, "FAILED test_a") == "Proceed"
     assert [(kind, reason) for _, kind, reason in agent.stamps] == [("warn", "interleaved")]
+    agent.step("edit", {"text": "v8"}, "ok")
+    assert agent.step("pytest", {}, "FAILED test_a") == "Proceed"
+    agent.step("edit", {"text": "v9"}, "ok")
+    assert agent.step("pytest", {}, "FAILED test_a") == "Block"
 
 
 def test_cycles_off_leaves_ping_pong_to_the_streak() -> None:
@@ -158,6 +164,235 @@ def test_a_plain_run_across_a_user_message_starts_a_fresh_streak() -> None:
     assert agent.stamps == [(3, "warn", "repeat")]
 
 
+# The backstop of every steer (issue 14) ---------------------------------------------------
+
+
+def read_then_grep(agent: Agent, rounds: int) -> list[str]:
+    """The issue's shape: a failing read between distinct diagnostics; the reads' verdicts."""
+    verdicts = []
+    for n in range(rounds):
+        verdicts.append(agent.step("read", {"path": "ROADMAP.md"}, "ENOENT", error=True))
+        agent.step("grep", {"q": f"roadmap-{n}"}, f"{n} hits")
+    return verdicts
+
+
+def test_an_interleaved_repeat_the_model_ignores_is_blocked_then_stopped() -> None:
+    agent = Agent()
+    verdicts = read_then_grep(agent, 20)
+    assert verdicts[:9] == ["Proceed"] * 9  # steered at the 3rd read, the 10th is refused
+    assert verdicts[9:12] == ["Block"] * 3
+    assert agent.stamps == [
+        (5, "warn", "interleaved"),
+        (19, "block", "returned"),
+        (21, "block", "returned"),
+        (23, "block", "returned"),
+        (23, "abort", None),
+    ]
+    assert "10th time" in agent.events[1].message
+    assert verdicts.count("Proceed") == 9
+
+
+def test_the_backstop_threshold_is_configurable() -> None:
+    agent = Agent(backstop_threshold=7)
+    verdicts = read_then_grep(agent, 10)
+    assert verdicts[:6] == ["Proceed"] * 6
+    assert verdicts[6] == "Block"
+
+
+def test_the_backstop_is_never_stricter_than_the_tools_block_threshold() -> None:
+    agent = Agent(tools={"read": ToolPolicy(block_threshold=14)})
+    verdicts = read_then_grep(agent, 20)
+    assert verdicts[:13] == ["Proceed"] * 13
+    assert verdicts[13] == "Block"
+
+
+def test_a_streak_steer_ignored_between_other_calls_meets_the_backstop() -> None:
+    """Steered at 3 in a row, then back to it after every diagnostic: the 10th is refused."""
+    agent = Agent()
+    for _ in range(3):
+        agent.step("read", {"path": "x"}, "nf", error=True)
+    verdicts: list[str] = []
+    for n in range(12):
+        agent.step("grep", {"q": n}, f"{n}")
+        verdicts.append(agent.step("read", {"path": "x"}, "nf", error=True))
+    assert verdicts[:6] == ["Proceed"] * 6
+    assert verdicts[6:9] == ["Block"] * 3
+    assert [kind for _, kind, _ in agent.stamps][-1] == "abort"
+
+
+def test_a_steered_call_whose_result_changes_starts_its_count_again() -> None:
+    """Progress (another result for the same call) is never held against it: 8 identical
+    statuses, a new one, 8 more identical: 16 runs, none refused."""
+    agent = Agent()
+    for n in range(16):
+        status = "running" if n < 8 else "done"
+        assert agent.step("status", {"job": 1}, status) == "Proceed"
+        agent.step("grep", {"q": n}, f"{n}")
+    assert [kind for _, kind, _ in agent.stamps if kind != "warn"] == []
+    assert [reason for _, _, reason in agent.stamps] == ["interleaved", "interleaved"]
+
+
+def test_without_escalation_there_is_no_backstop() -> None:
+    agent = Agent(escalate_ignored=False)
+    assert read_then_grep(agent, 20) == ["Proceed"] * 20
+
+
+def test_the_backstop_holds_for_siblings_in_one_batch() -> None:
+    """The refused call is refused in a batch too, beside a sibling that runs."""
+    agent = Agent()
+    read_then_grep(agent, 9)
+    guard = agent.guard
+    read = Call.of("read", {"path": "ROADMAP.md"}, id="r")
+    grep = Call.of("grep", {"q": "last"}, id="g")
+    guard.open_batch(THREAD, [read, grep])
+    assert type(guard.check_call(THREAD, read)).__name__ == "Block"
+    assert type(guard.check_call(THREAD, grep)).__name__ == "Proceed"
+
+
+# Same error, any args (issue 14) --------------------------------------------------------------
+
+BROKEN = "'str' object has no attribute 'get'"
+
+
+def test_a_tool_failing_the_same_way_for_any_args_is_steered_blocked_and_stopped() -> None:
+    agent = Agent()
+    queries = ["Machine Learning", "ML", "ML", "C1005", "ML", "Machine Learning", "C1005", "x"]
+    verdicts = [agent.step("lookup", {"q": q}, BROKEN, error=True) for q in queries]
+    assert verdicts == ["Proceed"] * 5 + ["Block"] * 3
+    assert agent.stamps == [
+        (4, "warn", "same_error"),
+        (6, "block", "same_error"),
+        (7, "block", "same_error"),
+        (8, "block", "same_error"),
+        (8, "abort", None),
+    ]
+    assert "although you changed its arguments" in agent.events[0].message
+    assert "whatever the arguments" in agent.events[1].message
+
+
+def test_a_broken_tool_is_refused_whatever_new_args_it_gets() -> None:
+    """One more field per retry: steered at the 4th failure, the 6th call is refused."""
+    agent = Agent()
+    for n in range(5):
+        agent.step("lookup", {"q": "ML", "fields": list(range(n))}, BROKEN, error=True)
+    assert agent.step("lookup", {"q": "brand new"}, BROKEN, error=True) == "Block"
+    assert agent.step("search", {"q": "ML"}, "found") == "Proceed"  # other tools run
+    assert [(n, kind) for n, kind, _ in agent.stamps] == [(4, "warn"), (6, "block")]
+
+
+def test_three_variants_failing_alike_are_ordinary_debugging() -> None:
+    """A build tried three ways, the same error each time (a healthy recorded run)."""
+    agent = Agent()
+    for command in ("make", "make clean && make", "rm -rf build && make"):
+        agent.step("run", {"command": command}, "cd: can't cd to build\nError 2", error=True)
+    assert agent.stamps == []
+
+
+def test_a_broken_tool_between_other_calls_still_meets_the_backstop() -> None:
+    agent = Agent()
+    verdicts = []
+    for n in range(20):
+        verdicts.append(agent.step("lookup", {"q": f"q{n}"}, BROKEN, error=True))
+        agent.step("grep", {"q": n}, f"{n}")
+    assert "Block" in verdicts
+    assert verdicts.index("Block") <= 10
+    assert agent.stamps[0] == (7, "warn", "same_error")
+    assert agent.stamps[-1][1] == "abort"
+
+
+def test_a_tool_that_works_again_is_judged_by_its_args_again() -> None:
+    agent = Agent()
+    for n in range(4):
+        agent.step("lookup", {"q": f"q{n}"}, BROKEN, error=True)
+    agent.step("lookup", {"q": "ok"}, "found it")
+    verdicts = [agent.step("lookup", {"q": f"r{n}"}, f"answer {n}") for n in range(10)]
+    assert verdicts == ["Proceed"] * 10
+    assert [(kind, reason) for _, kind, reason in agent.stamps] == [("warn", "same_error")]
+
+
+@pytest.mark.parametrize(
+    ("result", "error"),
+    [("No results found.", False), ("File not found: {}", True)],
+    ids=["same non-error result", "errors naming the input"],
+)
+def test_different_args_with_equal_non_errors_or_distinct_errors_never_trigger(
+    result: str, error: bool
+) -> None:
+    agent = Agent()
+    for n in range(10):
+        assert agent.step("search", {"q": f"q{n}"}, result.format(n), error=error) == "Proceed"
+    assert agent.stamps == []
+
+
+def test_a_success_between_failures_means_the_tool_is_not_broken() -> None:
+    agent = Agent()
+    for n in range(10):
+        agent.step("lookup", {"q": f"q{n}"}, BROKEN if n % 2 else f"hit {n}", error=bool(n % 2))
+    assert agent.stamps == []
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"detect_same_error": False},
+        {"tools": {"lookup": ToolPolicy(detect_same_error=False)}},
+        {"tools": {"lookup": ToolPolicy(ignore_errors=True)}},
+        {"ignore_errors": True},
+    ],
+    ids=["off", "off for the tool", "tool ignores errors", "errors ignored"],
+)
+def test_same_error_detection_can_be_turned_off(options: dict[str, Any]) -> None:
+    agent = Agent(**options)
+    for n in range(10):
+        assert agent.step("lookup", {"q": f"q{n}"}, BROKEN, error=True) == "Proceed"
+    assert [reason for _, _, reason in agent.stamps if reason == "same_error"] == []
+
+
+def test_the_same_error_threshold_is_configurable() -> None:
+    agent = Agent(same_error_threshold=6)
+    for n in range(6):
+        agent.step("lookup", {"q": f"q{n}"}, BROKEN, error=True)
+    assert agent.stamps == [(6, "warn", "same_error")]
+
+
+def test_one_argument_set_failing_is_the_streaks_to_judge() -> None:
+    agent = Agent()
+    verdicts = [agent.step("lookup", {"q": 1}, BROKEN, error=True) for _ in range(6)]
+    assert verdicts == ["Proceed"] * 4 + ["Block"] * 2
+    assert {reason for _, _, reason in agent.stamps} == {"repeat"}
+
+
+def test_a_broken_tools_streak_follows_its_policy() -> None:
+    """Detected at 4 failures, its streak starts at the tool's warn threshold."""
+    agent = Agent(tools={"lookup": ToolPolicy(warn_threshold=5, block_threshold=8)})
+    verdicts = [agent.step("lookup", {"q": f"q{n}"}, BROKEN, error=True) for n in range(8)]
+    assert verdicts == ["Proceed"] * 6 + ["Block"] * 2
+    assert agent.stamps[0] == (4, "warn", "same_error")
+
+
+def test_siblings_failing_the_same_way_count_as_argument_sets() -> None:
+    """Four lookups in one response, all failing alike: steered after the batch."""
+    agent = Agent()
+    guard = agent.guard
+    calls = [Call.of("lookup", {"q": f"q{n}"}, id=f"c{n}") for n in range(4)]
+    guard.open_batch(THREAD, calls)
+    for call in calls:
+        guard.check_call(THREAD, call)
+        guard.record_result(THREAD, call, Result.of(BROKEN, is_error=True))
+    assert [(e.kind, e.reason) for e in agent.events] == [("warn", "same_error")]
+
+
+def test_a_new_request_forgets_a_broken_tool() -> None:
+    agent = Agent()
+    for n in range(5):
+        agent.step("lookup", {"q": f"q{n}"}, BROKEN, error=True)
+    agent.new_request("r2")
+    assert [agent.step("lookup", {"q": f"r{n}"}, BROKEN, error=True) for n in range(3)] == [
+        "Proceed"
+    ] * 3
+    assert len(agent.stamps) == 1
+
+
 # Unknown tools --------------------------------------------------------------------------
 
 
@@ -184,8 +419,13 @@ def test_the_tool_node_error_for_an_unknown_tool_is_recognised() -> None:
 
 
 def test_unknown_tool_detection_can_be_turned_off() -> None:
-    agent = Agent(detect_unknown_tools=False)
+    """Same-error detection still sees a tool failing whatever its args; with both off,
+    the calls run."""
     missing = Result.of("Error: no such tool", is_error=True, available_tools=("read",))
+    agent = Agent(detect_unknown_tools=False)
+    assert [agent.step("exec", {"cmd": f"c{n}"}, missing) for n in range(6)][-1] == "Block"
+    assert {reason for _, _, reason in agent.stamps} == {"same_error"}
+    agent = Agent(detect_unknown_tools=False, detect_same_error=False)
     assert [agent.step("exec", {"cmd": f"c{n}"}, missing) for n in range(7)] == ["Proceed"] * 7
 
 
@@ -256,6 +496,10 @@ def test_per_tool_policy_from_the_environment() -> None:
         ("LOOP_GUARD_MAX_CYCLE_PERIOD", "1"),
         ("LOOP_GUARD_REPEAT_WINDOW", "many"),
         ("LOOP_GUARD_DETECT_CYCLES", "maybe"),
+        ("LOOP_GUARD_DETECT_SAME_ERROR", "sometimes"),
+        ("LOOP_GUARD_BACKSTOP_THRESHOLD", "1"),
+        ("LOOP_GUARD_SAME_ERROR_THRESHOLD", "four"),
+        ("LOOP_GUARD_TOOLS", '{"poll": {"detect_same_error": "no"}}'),
     ],
 )
 def test_bad_detector_variables_disable_the_guard_with_one_error(
@@ -279,6 +523,11 @@ def test_bad_detector_variables_disable_the_guard_with_one_error(
         {"tools": {"poll": "high"}},
         {"tools": ["poll"]},
         {"tools": {"poll": {"normalizer": "upper"}}},
+        {"backstop_threshold": 1},
+        {"backstop_threshold": 2.5},
+        {"same_error_threshold": 1},
+        {"detect_same_error": 1},
+        {"tools": {"poll": {"detect_same_error": "yes"}}},
     ],
 )
 def test_bad_detector_arguments_raise_at_once(options: dict[str, Any]) -> None:
@@ -288,7 +537,7 @@ def test_bad_detector_arguments_raise_at_once(options: dict[str, Any]) -> None:
 
 def test_the_environment_turns_detectors_off() -> None:
     environ = {f"LOOP_GUARD_{name}": "off" for name in ("DETECT_CYCLES", "DETECT_INTERLEAVED",
-               "ESCALATE_IGNORED", "DETECT_UNKNOWN_TOOLS")}  # fmt: skip
+               "ESCALATE_IGNORED", "DETECT_UNKNOWN_TOOLS", "DETECT_SAME_ERROR")}  # fmt: skip
     assert LoopGuardConfig.from_env(environ) == LoopGuardConfig.pi()
 
 
@@ -309,11 +558,44 @@ def test_detector_state_survives_a_checkpoint_round_trip() -> None:
     assert engine.check_call(restored, call)[1] == engine.check_call(state, call)[1]
 
 
+def test_backstop_and_broken_tool_state_survive_a_checkpoint_round_trip() -> None:
+    engine = Engine(LoopGuardConfig())
+    state = RequestState(request_id="r")
+    steps = [("read", {"p": "x"}, "nf")] * 3 + [("grep", {"q": 1}, "1")]
+    steps += [("lookup", {"q": n}, BROKEN) for n in range(4)]
+    for tool, args, text in steps:
+        call = Call.of(tool, args)
+        state, _, _ = engine.check_call(state, call)
+        state, _ = engine.record_result(state, call, Result.of(text, is_error=text != "1"))
+    restored = RequestState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert restored == state
+    for call in (Call.of("lookup", {"q": "new"}), Call.of("read", {"p": "x"})):
+        assert engine.check_call(restored, call)[1] == engine.check_call(state, call)[1]
+
+
+def test_a_snapshot_from_before_the_backstop_resumes() -> None:
+    engine = Engine(LoopGuardConfig())
+    state = RequestState(request_id="r")
+    for _ in range(3):
+        call = Call.of("read", {"p": "x"})
+        state, _, _ = engine.check_call(state, call)
+        state, _ = engine.record_result(state, call, Result.of("nf"))
+    old = state.to_dict()
+    old["steered"] = [row[:3] for row in old["steered"]]
+    del old["failing"]
+    restored = RequestState.from_dict(json.loads(json.dumps(old)))
+    assert restored.steered[0][:3] == state.steered[0][:3]
+    assert engine.check_call(restored, Call.of("read", {"p": "x"}))[1] == Proceed(
+        call=Call.of("read", {"p": "x"})
+    )
+
+
 # Found in review ------------------------------------------------------------------------
 
 
 def test_returning_to_an_interleaved_repeat_never_leads_to_a_block() -> None:
-    """Interleaved repeats only steer: going back to one, even twice in a row, runs."""
+    """An interleaved repeat's return resumes no streak: going back to it, even twice in
+    a row, runs (only its backstop, far later, refuses it)."""
     agent = Agent()
     for n in range(4):
         agent.step("edit", {"text": f"v{n}"}, "ok")

@@ -281,3 +281,26 @@ def test_main_rejects_a_missing_subcommand() -> None:
     with pytest.raises(SystemExit) as raised:
         main([])
     assert raised.value.code == 2
+
+
+def test_scan_names_the_same_error_detector_and_takes_its_threshold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broken tool asked for something new each time (issue 14)."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Find the course"}]
+    for n in range(1, 9):
+        messages.append(openai_call(n, "lookup", {"q": f"query {n}"}))
+        messages.append(
+            {"role": "tool", "tool_call_id": f"call_{n}", "is_error": True,
+             "content": "'str' object has no attribute 'get'"}
+        )  # fmt: skip
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(messages))
+    assert main(["scan", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "call    4  warn      (same_error)" in out
+    assert "call    6  block     (same_error)" in out
+    assert main(["scan", "--json", "--same-error-threshold", "6", str(path)]) == 1
+    [report] = json.loads(capsys.readouterr().out)
+    first = report["findings"][0]
+    assert (first["call"], first["kind"], first["reason"]) == (6, "warn", "same_error")
