@@ -36,8 +36,8 @@ class GuardEvent:
         message: The exact text shown: to the model for warn and block, to the user
             for abort and terminate.
         reason: For warn and block, the detector that fired: `'repeat'` (the
-            streak), `'cycle'`, `'interleaved'`, `'returned'` or `'unknown_tool'`;
-            `None` for stops and errors.
+            streak), `'cycle'`, `'interleaved'`, `'returned'` (also the backstop's
+            blocks), `'unknown_tool'` or `'same_error'`; `None` for stops and errors.
 
     Example:
         >>> events = []
@@ -188,6 +188,9 @@ class LoopGuard:
         self._sinks: tuple[Callable[[GuardEvent], object], ...] = ()
         self._counts: Counter[tuple[str, str]] = Counter()  # (tool, counter) -> n
         self.siblings = SharedRuns()  # identical siblings share one run (`dedupe_siblings`)
+        # Set by a graph node built for this guard: it delivers the steer as a message of
+        # its own, so tools wrapped with the default `deliver_steer` leave it to the node.
+        self.node_delivers_steer = False
 
     @property
     def config(self) -> LoopGuardConfig:

@@ -7,6 +7,7 @@ and a request the same way.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import wait as wait_futures
@@ -15,12 +16,14 @@ from typing import Any
 from langchain_core.callbacks.manager import dispatch_custom_event
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_stream_writer
 from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE
 from langgraph.types import Command
 
 from loop_guard import _messages
 from loop_guard._config import Normalizer
 from loop_guard._engine import Engine, RequestState
+from loop_guard._fingerprint import args_fingerprint
 from loop_guard._guard import GuardEvent, LoopGuard
 from loop_guard._messages import GUARD_NAME
 from loop_guard._siblings import original_of, original_output
@@ -40,24 +43,40 @@ RESULT_KEY = "loop_guard_result"
 
 
 def dispatch_event(event: GuardEvent) -> None:
-    """Publish a guard event as the LangChain custom event `loop_guard`.
+    """Publish a guard event as the LangChain custom event `loop_guard`, and on
+    LangGraph's `custom` stream.
 
-    It then shows in `astream_events(version="v2")` and in tracing, under the run the
-    event happened in. Outside any run there is nowhere to publish it, so nothing is.
+    It then shows in `astream_events(version="v2")`, in tracing under the run the event
+    happened in, and to `stream(..., stream_mode="custom")` (a LangGraph server's
+    clients included), as a JSON-safe dict with `"event": "loop_guard"`. Outside any
+    run there is nowhere to publish it, so nothing is.
     """
-    payload = {
-        "kind": event.kind,
-        "conversation": event.conversation,
-        "tool": event.tool,
-        "args": event.args,
-        "streak": event.streak,
-        "blocks": event.blocks,
-        "message": event.message,
-    }
+    payload = event_payload(event)
     try:
         dispatch_custom_event(GUARD_NAME, payload)
     except RuntimeError:
         return  # not inside a run (the engine used on its own)
+    try:
+        write = get_stream_writer()
+    except RuntimeError:
+        return  # a run, but not a LangGraph graph: no stream to write to
+    write(payload)
+
+
+def event_payload(event: GuardEvent) -> dict[str, Any]:
+    """A guard event as a JSON-safe dict (args in the guard's canonical JSON form)."""
+    args = None if event.args is None else json.loads(args_fingerprint(event.args))
+    return {
+        "event": GUARD_NAME,
+        "kind": event.kind,
+        "reason": event.reason,
+        "conversation": event.conversation,
+        "tool": event.tool,
+        "args": args,
+        "streak": event.streak,
+        "blocks": event.blocks,
+        "message": event.message,
+    }
 
 
 def call_of(tool_call: ToolCall) -> Call:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +27,25 @@ from loop_guard._langchain import (
     thread_key_of_metadata,
 )
 from loop_guard._values import Call, LoopGuardAbort, Result
+
+
+class _StopIsNotAnError(logging.Filter):
+    """Drops langchain-core's "Error in LoopGuardCallbackHandler.on_chat_model_start
+    callback" warning for the handler's own stop: the stop is how it ends a run on
+    purpose, and the guard has logged it already. Every other record passes."""
+
+    @override
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (
+            isinstance(args, tuple)
+            and len(args) == 3
+            and args[0] == LoopGuardCallbackHandler.__name__
+            and str(args[2]).startswith(f"{LoopGuardAbort.__name__}(")
+        )
+
+
+_QUIET_STOPS = _StopIsNotAnError()
 
 
 class LoopGuardCallbackHandler(BaseCallbackHandler):
@@ -64,6 +84,7 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
             raise ValueError(msg)
         self.guard = guard
         guard.subscribe(dispatch_event)
+        logging.getLogger("langchain_core.callbacks.manager").addFilter(_QUIET_STOPS)
         self._parents: dict[UUID, UUID | None] = {}
         self._conversations: dict[UUID, str] = {}
         self._tools: dict[UUID, tuple[str, Call]] = {}

@@ -121,7 +121,7 @@ def run_graph(model: BaseChatModel) -> Outcome:
     guard = LoopGuard()
     builder = StateGraph(MessagesState)
     builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
-    tools = guard_tools(demo_tools(runs), guard, deliver_steer=False)
+    tools = guard_tools(demo_tools(runs), guard)
     builder.add_node("tools", ToolNode(tools))
     builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
     builder.add_edge(START, "model")

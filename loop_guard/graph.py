@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, ToolMessage
@@ -38,19 +39,25 @@ class LoopGuardNode:
     why, so the thread's history stays valid for the next request.
 
     Blocking a call before it runs is done by the tools themselves: wrap them with
-    `guard_tools(tools, guard, deliver_steer=False)` so the steer comes from this node.
+    `guard_tools(tools, guard)`. Once this node exists for a guard, those tools leave
+    the steer to it (unless built with `deliver_steer=True`).
 
     Args:
         guard: The `LoopGuard` holding the conversations' state.
         next_node: Where to go when the request continues (usually the model node).
+            Pass `destinations=(next_node, END)` to `add_node` so that `compile()`
+            checks it; otherwise a missing node raises at the first run.
         messages_key: The state key holding the messages (as `ToolNode(messages_key=...)`).
+
+    Raises:
+        ValueError: At the first run, when the graph has no node named `next_node`.
 
     Example:
         ```python
         guard = LoopGuard()
         builder = StateGraph(MessagesState)
         builder.add_node("model", call_model)
-        builder.add_node("tools", ToolNode(guard_tools(tools, guard, deliver_steer=False)))
+        builder.add_node("tools", ToolNode(guard_tools(tools, guard)))
         builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
         builder.add_edge(START, "model")
         builder.add_conditional_edges("model", tools_condition)
@@ -76,10 +83,22 @@ class LoopGuardNode:
         self.guard = guard
         self.next_node = next_node
         self.messages_key = messages_key
+        self._next_node_found = False
         guard.subscribe(dispatch_event)
+        guard.node_delivers_steer = True
 
     def __call__(self, state: Any, config: RunnableConfig) -> Command[Any]:
         """Record the last batch; continue with a steer if due, or end the request."""
+        if not self._next_node_found:  # a wiring mistake is the user's: raised, not skipped
+            nodes = _graph_nodes(config)
+            if nodes is not None and self.next_node not in nodes:
+                msg = (
+                    f"LoopGuardNode(next_node={self.next_node!r}): the graph has no node "
+                    f"named {self.next_node!r}; its nodes are {', '.join(sorted(nodes))}. "
+                    "Pass the model node's name as next_node."
+                )
+                raise ValueError(msg)
+            self._next_node_found = True
         try:
             return self._route(messages_of(state, self.messages_key), config)
         except Exception as error:  # a fault of the guard: the agent goes on unguarded
@@ -133,3 +152,22 @@ class LoopGuardNode:
         if not corrections:
             return Command(goto=self.next_node)
         return Command(goto=self.next_node, update={self.messages_key: corrections})
+
+
+_BRANCH = "branch:to:"
+
+
+def _graph_nodes(config: RunnableConfig) -> Collection[str] | None:
+    """The nodes of the graph this node runs in, as far as LangGraph shows them.
+
+    LangGraph checks a `Command`'s destination only by logging "unknown channel" and
+    ending the graph, so the node looks itself: each node of a graph has a trigger
+    channel named `branch:to:<node>`, among the channels its task reads from. `None`
+    when LangGraph does not show them this way.
+    """
+    read = (config.get("configurable") or {}).get("__pregel_read")
+    channels = read.args[1] if isinstance(read, functools.partial) and len(read.args) > 1 else None
+    if not isinstance(channels, Collection) or isinstance(channels, str):
+        return None
+    nodes = {name[len(_BRANCH) :] for name in channels if str(name).startswith(_BRANCH)}
+    return nodes or None

@@ -7,11 +7,11 @@ import contextvars
 import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, final, overload
 
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, ToolException
+from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.prebuilt import ToolRuntime
 from langgraph.prebuilt.tool_node import _get_all_injected_args
 from langgraph.types import Command
@@ -66,7 +66,7 @@ class GuardedTool(BaseTool):
 
     inner: BaseTool
     guard: LoopGuard
-    deliver_steer: bool = True
+    deliver_steer: bool | None = None  # None: unless a `LoopGuardNode` delivers it
     messages_key: str = "messages"
     runtime_arg: str = RUNTIME_ARG
     handle_tool_error: bool = True  # a block must never crash the run
@@ -241,7 +241,10 @@ class GuardedTool(BaseTool):
         try:
             result = result_of(output, self.guard.config.normalizers(decision.call.tool))
             self.guard.record_result(decision.conversation, decision.call, result)
-            if not self.deliver_steer or tool_message_of(output) is None:
+            deliver = self.deliver_steer
+            if deliver is None:
+                deliver = not self.guard.node_delivers_steer
+            if not deliver or tool_message_of(output) is None:
                 return output
             steer = self.guard.take_steer(decision.conversation)
             return output if steer is None else _with_steer(output, steer.message, result)
@@ -250,13 +253,33 @@ class GuardedTool(BaseTool):
             return output
 
 
+@overload
 def guard_tools(
-    tools: Sequence[BaseTool],
+    tools: Sequence[BaseTool | Callable[..., Any]],
     guard: LoopGuard,
     *,
-    deliver_steer: bool = True,
+    deliver_steer: bool | None = None,
     messages_key: str = "messages",
-) -> list[BaseTool]:
+) -> list[BaseTool]: ...
+
+
+@overload
+def guard_tools(
+    tools: Sequence[BaseTool | Callable[..., Any] | dict[str, Any]],
+    guard: LoopGuard,
+    *,
+    deliver_steer: bool | None = None,
+    messages_key: str = "messages",
+) -> list[BaseTool | dict[str, Any]]: ...
+
+
+def guard_tools(
+    tools: Sequence[BaseTool | Callable[..., Any] | dict[str, Any]],
+    guard: LoopGuard,
+    *,
+    deliver_steer: bool | None = None,
+    messages_key: str = "messages",
+) -> list[Any]:
     """Wrap tools so that the guard can refuse a repeated call before it runs.
 
     Each wrapped tool keeps the original's name, description, model-facing schema,
@@ -266,6 +289,11 @@ def guard_tools(
     `create_agent`, in a default `ToolNode`, and on direct `invoke`. A call that arrives
     after the request was stopped raises `LoopGuardAbort`.
 
+    Takes what `create_agent` takes: tools, plain functions (made tools as
+    `create_agent` makes them) and provider tool dicts such as `{"type":
+    "web_search_preview"}`, which run at the provider, out of the guard's sight, and
+    are returned untouched.
+
     Inside a LangGraph `ToolNode` the wrapper sees the graph state, so it knows the
     thread, the request and the batch on its own. Outside a graph, attach
     `LoopGuardCallbackHandler` so it knows which run a call belongs to.
@@ -273,14 +301,19 @@ def guard_tools(
     Args:
         tools: The tools to wrap.
         guard: The `LoopGuard` that decides.
-        deliver_steer: Append the steer message to the tool result that completes a
-            streak (the model reads it there). Pass `False` when a `LoopGuardNode`
-            delivers it as a message of its own.
+        deliver_steer: Whether to append the steer message to the tool result that
+            completes a streak (the model reads it there). By default it is, unless a
+            `LoopGuardNode` was built for this guard: the node then delivers it as a
+            message of its own.
         messages_key: The graph state key holding the messages (as
             `ToolNode(messages_key=...)`).
 
     Returns:
         The wrapped tools, in the same order.
+
+    Raises:
+        TypeError: If `tools` is not a list of tools, functions or tool dicts, or
+            `guard` is not a `LoopGuard`.
 
     Example:
         >>> from langchain_core.tools import tool
@@ -292,32 +325,63 @@ def guard_tools(
         >>> guarded.name, guarded.tool_call_schema is read_file.tool_call_schema
         ('read_file', True)
     """
+    _check_arguments(tools, guard)
     guard.subscribe(dispatch_event)
-    wrapped: list[BaseTool] = []
-    for tool in tools:
-        if isinstance(tool, GuardedTool):
-            tool = tool.inner  # never guard twice
-        runtime_arg = _get_all_injected_args(tool).runtime or RUNTIME_ARG
+    wrapped: list[Any] = []
+    for given in tools:
+        if isinstance(given, dict):
+            wrapped.append(given)  # a provider-side tool: nothing here runs it
+            continue
+        inner = given if isinstance(given, BaseTool) else tool(given)
+        if isinstance(inner, GuardedTool):
+            inner = inner.inner  # never guard twice
+        runtime_arg = _get_all_injected_args(inner).runtime or RUNTIME_ARG
         wrapped.append(
             GuardedTool(
-                inner=tool,
+                inner=inner,
                 guard=guard,
                 deliver_steer=deliver_steer,
                 messages_key=messages_key,
                 runtime_arg=runtime_arg,
-                name=tool.name,
-                description=tool.description,
-                args_schema=tool.args_schema,
-                return_direct=tool.return_direct,
-                response_format=tool.response_format,
-                tags=tool.tags,
-                metadata=tool.metadata,
-                extras=tool.extras,
-                handle_validation_error=tool.handle_validation_error,
-                verbose=tool.verbose,
+                name=inner.name,
+                description=inner.description,
+                args_schema=inner.args_schema,
+                return_direct=inner.return_direct,
+                response_format=inner.response_format,
+                tags=inner.tags,
+                metadata=inner.metadata,
+                extras=inner.extras,
+                handle_validation_error=inner.handle_validation_error,
+                verbose=inner.verbose,
             )
         )
     return wrapped
+
+
+def _check_arguments(tools: object, guard: object) -> None:
+    """`guard_tools`' arguments, checked at run time: callers may be untyped."""
+    if not isinstance(guard, LoopGuard):
+        hint = (
+            " (a LoopGuardMiddleware guards a create_agent agent by itself: pass it as "
+            "middleware=[...] and leave the tools unwrapped)"
+            if type(guard).__name__ == "LoopGuardMiddleware"
+            else ""
+        )
+        msg = f"guard must be a LoopGuard, got {type(guard).__name__}{hint}"
+        raise TypeError(msg)
+    if isinstance(tools, (BaseTool, str, bytes, Mapping)) or not isinstance(tools, Sequence):
+        msg = (
+            "tools must be a list of tools, functions or provider tool dicts, got "
+            f"{type(tools).__name__} (wrap a single tool as guard_tools([tool], guard))"
+        )
+        raise TypeError(msg)
+    for given in tools:
+        if not isinstance(given, (BaseTool, dict)) and not callable(given):
+            msg = (
+                "each tool must be a BaseTool, a function or a provider tool dict, got "
+                f"{type(given).__name__}: {given!r:.80}"
+            )
+            raise TypeError(msg)
 
 
 @functools.cache

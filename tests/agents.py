@@ -176,7 +176,7 @@ def build_graph(
     guard: LoopGuard,
     *,
     checkpointer: Any = None,
-    deliver_steer: bool = False,
+    deliver_steer: bool | None = None,
     handle_tool_errors: bool = False,
     interrupt_before: list[str] | None = None,
 ) -> Any:
