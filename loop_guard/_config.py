@@ -115,14 +115,15 @@ class LoopGuardConfig:
         detect_unknown_tools: Calls to a tool that does not exist count as the same
             call whatever their args; the steer lists the tools that do exist.
         detect_same_error: A tool whose last `same_error_threshold` calls all
-            returned the identical error, although the args changed, is failing
-            whatever its input: the model is steered, and from then on the tool's
+            returned the identical error, for at least three different argument sets,
+            is failing whatever its input: the model is steered, and from then on the tool's
             calls count as one call whatever their args (a streak already at
             `warn_threshold`), so the next-but-one is blocked and the request
-            stopped like any streak. A result that is not that error makes the tool
-            judged by its args again.
+            stopped like any streak; calls made between other calls meet the
+            backstop (with `escalate_ignored`). A result that is not that error makes
+            the tool judged by its args again.
         same_error_threshold: Calls of one tool in a row, with the identical error
-            and at least two different argument sets, that show it broken (>= 2).
+            and at least three different argument sets, that show it broken (>= 3).
             The default 4: three variants failing alike is ordinary debugging (a
             build tried three ways); a fourth is not.
         volatile_results: Treat results that differ only in ids, timestamps,
@@ -172,9 +173,9 @@ class LoopGuardConfig:
                 raise ValueError(msg)
         for name in ("warn_threshold", "block_threshold", "abort_threshold"):
             _check_threshold(name, getattr(self, name))
-        for name in ("max_cycle_period", "repeat_window", "backstop_threshold",
-                     "same_error_threshold"):  # fmt: skip
+        for name in ("max_cycle_period", "repeat_window", "backstop_threshold"):
             _check_threshold(name, getattr(self, name), minimum=2)
+        _check_threshold("same_error_threshold", self.same_error_threshold, minimum=3)
         _check_order(self.warn_threshold, self.block_threshold, "")
         object.__setattr__(self, "ignore_tools", _as_names(self.ignore_tools))
         object.__setattr__(self, "tools", MappingProxyType(_as_policies(self.tools)))

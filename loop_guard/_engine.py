@@ -33,9 +33,11 @@ _BLOCKED = "blocked"  # refused by a block (counted toward abort)
 _NOT_RUN = "not_run"  # refused because the request had stopped (not counted)
 _IGNORED = "ignored"  # a result the guard does not see (ignored tool or error)
 _UNANSWERED = (None, _ALLOWED)
+_ERROR = "!"  # prefixed to an error result's fingerprint: steps know their errors
 
 _STEERED_KEPT = 32  # steered steps remembered per request, for ignored-steering escalation
 _FAILING_KEPT = 32  # tools whose errors are followed per request, for same-error detection
+_SAME_ERROR_VARIANTS = 3  # different argument sets among a broken tool's identical errors
 
 _UNKNOWN_ARGS = "unknown-tool"
 """The args fingerprint of every call to a tool that does not exist: args do not matter."""
@@ -58,15 +60,16 @@ class _Steered(NamedTuple):
     step: Step
     level: int  # the streak a return resumes from; 0: a return must not resume a streak
     again: bool  # steered a second time already, on a return
-    seen: int  # identical steps so far in this request, toward the backstop
+    seen: int  # identical runs so far in this request, toward the backstop
+    limit: int  # the run that is refused: the backstop threshold in force for it
 
 
 class _Failing(NamedTuple):
     """The one error a tool has returned for every call since it last did anything else."""
 
     tool: str
-    error: str  # the error's result fingerprint
-    args: tuple[str, ...]  # the first two args fingerprints it answered: were they varied?
+    error: str  # the error's outcome (its result fingerprint, marked as an error)
+    args: tuple[str, ...]  # the first few args fingerprints it answered: were they varied?
     calls: int  # calls of the tool it answered in a row
 
 
@@ -184,11 +187,7 @@ class RequestState:
             counted=int(data.get("counted", 0)),
             runs=tuple(int(n) for n in data.get("runs", ())),
             cycle_warned=bool(data.get("cycle_warned", False)),
-            steered=tuple(
-                # Older snapshots have no count: the streak it was steered at.
-                _Steered(Step._make(row), int(level), bool(again), int(seen[0] if seen else level))
-                for row, level, again, *seen in data.get("steered", ())
-            ),
+            steered=tuple(_steered_from_json(row) for row in data.get("steered", ())),
             unknown=tuple(data.get("unknown", ())),
             available=tuple(data.get("available", ())),
             failing=tuple(
@@ -362,10 +361,8 @@ class Engine:
         elif call.tool in state.unknown:  # it exists after all (tools can be added)
             state = _evolve(state, unknown=tuple(t for t in state.unknown if t != call.tool))
         ignored = config.ignores(call.tool, is_error=result.is_error)
-        unknown = call.fingerprint == _UNKNOWN_ARGS
-        if not ignored and not unknown and config.detects_same_error(call.tool):
-            state, call = self._follow_errors(state, call, result)
-        batch = _answered(state.batch, call, _IGNORED if ignored else result.fingerprint)
+        outcome = _ERROR + result.fingerprint if result.is_error else result.fingerprint
+        batch = _answered(state.batch, call, _IGNORED if ignored else outcome)
         if not _complete(batch):
             return _evolve(state, batch=batch), decisions
         state, settled = self._settle(state, batch)  # settled at once: one new state
@@ -400,44 +397,58 @@ class Engine:
         return self._stop(state, Call(tool=state.stop_tool, fingerprint=""))
 
     def _follow_errors(
-        self, state: RequestState, call: Call, result: Result
-    ) -> tuple[RequestState, Call]:
-        """Follow the error a tool keeps returning (SPEC §8 same error, any args).
+        self, state: RequestState, ran: Sequence[_Entry]
+    ) -> tuple[RequestState, tuple[str, ...]]:
+        """Follow the errors the tools of a settled batch returned, in the model's order
+        (SPEC §8 same error, any args); returns the tools found broken by this batch.
 
-        Once `same_error_threshold` calls of a tool in a row returned the identical
-        error, for varied args, the tool fails whatever its input: its calls count as
-        one call, whatever their args, for as long as that error lasts.
+        A tool whose last `same_error_threshold` calls returned the identical error, for
+        varied args, fails whatever its input: its calls are then one call, whatever
+        their args, for as long as that error lasts (see `_identity`).
         """
-        failing = state.failing
-        record = next((entry for entry in failing if entry.tool == call.tool), None)
-        if not result.is_error:  # the tool answered: it is judged by its args again
-            if record is None:
-                return state, call
-            return _evolve(state, failing=tuple(e for e in failing if e.tool != call.tool)), call
-        if record is None or record.error != result.fingerprint:
-            record = _Failing(call.tool, result.fingerprint, (call.fingerprint,), 1)
-        else:
-            varied = len(record.args) > 1 or call.fingerprint in record.args
-            args = record.args if varied else (*record.args, call.fingerprint)
-            record = record._replace(args=args, calls=record.calls + 1)
-        others = tuple(entry for entry in failing if entry.tool != call.tool)
-        state = _evolve(state, failing=(*others, record)[-_FAILING_KEPT:])
-        if self._broken(record):
-            call = Call(tool=call.tool, fingerprint=_SAME_ERROR_ARGS, args=call.args, id=call.id)
-        return state, call
+        config = self.config
+        failing = {record.tool: record for record in state.failing}
+        steered = state.steered
+        for entry in ran:
+            tool, args, outcome = entry.call.tool, entry.call.fingerprint, str(entry.outcome)
+            if args == _UNKNOWN_ARGS or not config.detects_same_error(tool):
+                continue
+            record = failing.get(tool)
+            if not outcome.startswith(_ERROR):  # it answered: judged by its args again
+                if record is not None:
+                    del failing[tool]
+                    steered = tuple(e for e in steered if e.step[:2] != (tool, _SAME_ERROR_ARGS))
+            elif record is None or record.error != outcome:
+                failing[tool] = _Failing(tool, outcome, (args,), 1)
+            else:
+                varied = len(record.args) >= _SAME_ERROR_VARIANTS or args in record.args
+                failing[tool] = record._replace(
+                    args=record.args if varied else (*record.args, args), calls=record.calls + 1
+                )
+        records = tuple(failing.values())[-_FAILING_KEPT:]
+        if records == state.failing and steered is state.steered:
+            return state, ()
+        was_broken = {r.tool for r in state.failing if self._broken(r)}
+        broken = tuple(r.tool for r in records if self._broken(r) and r.tool not in was_broken)
+        return _evolve(state, failing=records, steered=steered), broken
 
     def _broken(self, record: _Failing) -> bool:
         """Whether a tool's run of identical errors shows it failing whatever its args."""
-        return record.calls >= self.config.same_error_threshold and len(record.args) > 1
+        return (
+            record.calls >= self.config.same_error_threshold
+            and len(record.args) >= _SAME_ERROR_VARIANTS
+        )
 
-    def _identity(self, state: RequestState, call: Call) -> str:
+    def _identity(self, state: RequestState, call: Call, outcome: str | None = None) -> str:
         """The args fingerprint a call is judged by: one for all calls of a tool that
-        does not exist or fails whatever its args, else its own."""
+        does not exist, or that fails whatever its args (with that error, when the
+        call's `outcome` is known), else its own."""
         if call.tool in state.unknown:
             return _UNKNOWN_ARGS
         for record in state.failing:
             if record.tool == call.tool:
-                return _SAME_ERROR_ARGS if self._broken(record) else call.fingerprint
+                same = outcome is None or outcome == record.error
+                return _SAME_ERROR_ARGS if same and self._broken(record) else call.fingerprint
         return call.fingerprint
 
     def _admit(self, state: RequestState, call: Call) -> Transition:
@@ -480,13 +491,16 @@ class Engine:
             if laps >= self._cycle_thresholds(steps)[1] - 1 and any(
                 step.tool == call.tool and step.args == args for step in steps
             ):
-                text = _messages.cycle_block_text([step.tool for step in steps], laps)
+                text = _messages.cycle_block_text(call.tool, [step.tool for step in steps], laps)
                 return self._block(state, call, text, "cycle", streak=laps)
         if config.escalate_ignored:
-            backstop = config.backstop(call.tool)
             for entry in state.steered:
                 step = entry.step
-                if step.tool == call.tool and step.args == args and entry.seen >= backstop - 1:
+                limit = entry.limit or config.backstop(call.tool)
+                if step.tool == call.tool and step.args == args and entry.seen >= limit - 1:
+                    if args == _SAME_ERROR_ARGS:
+                        text = _messages.same_error_block_text(call.tool)
+                        return self._block(state, call, text, "same_error", streak=entry.seen)
                     text = _messages.backstop_block_text(call.tool, entry.seen + 1)
                     return self._block(state, call, text, "returned", streak=entry.seen)
         return None
@@ -529,13 +543,62 @@ class Engine:
         # without a result are invisible. A blocked last call changes nothing: a block
         # never resets the streak (SPEC §3.2), even beside calls that ran.
         visible = [e for e in entries if e.outcome not in (*_UNANSWERED, _IGNORED, _NOT_RUN)]
-        if not visible or visible[-1].outcome == _BLOCKED:
-            return _evolve(state, **closed), ()
-        call = visible[-1].call
-        step = Step(tool=call.tool, args=call.fingerprint, result=str(visible[-1].outcome))
-        state, returned = self._count(state, step, closed)
-        state, steer = self._steer(state, step, call, returned)
+        ran = [e for e in visible if e.outcome != _BLOCKED]
+        broken: tuple[str, ...] = ()
+        if config.detect_same_error and ran:
+            state, broken = self._follow_errors(state, ran)
+        steps = [
+            Step(e.call.tool, self._identity(state, e.call, str(e.outcome)), str(e.outcome))
+            for e in ran
+        ]
+        counts_step = bool(visible) and visible[-1].outcome != _BLOCKED
+        siblings = steps[:-1] if counts_step else steps
+        if siblings and config.escalate_ignored and state.steered:
+            # Each run of a call the model was steered away from counts toward its
+            # backstop, wherever it stands in its batch.
+            steered = state.steered
+            for sibling in siblings:
+                steered = _counted(steered, sibling)
+            state = _evolve(state, steered=steered)
+        steer = None
+        if counts_step:
+            call = visible[-1].call
+            state, returned = self._count(state, steps[-1], closed)
+            state, steer = self._steer(state, steps[-1], call, returned)
+        else:
+            state = _evolve(state, **closed)
+        if broken:
+            state, steer = self._steer_broken(state, broken, ran, steer)
         return state, () if steer is None else (steer,)
+
+    def _steer_broken(
+        self,
+        state: RequestState,
+        broken: tuple[str, ...],
+        ran: Sequence[_Entry],
+        steer: Steer | None,
+    ) -> tuple[RequestState, Steer | None]:
+        """Steer away from tools this batch showed broken whose calls were not the
+        counted step (the counted one was steered by its streak): each is remembered
+        as steered, so returning to it escalates and its backstop holds."""
+        steered = state.steered
+        for record in state.failing:
+            folded = Step(record.tool, _SAME_ERROR_ARGS, record.error)
+            if record.tool not in broken or any(e.step == folded for e in steered):
+                continue
+            warn = self.config.thresholds(record.tool)[0]
+            limit = self.config.backstop(record.tool)
+            steered = _remember(steered, folded, warn, again=False, seen=record.calls, limit=limit)
+            if steer is None:  # one steer per batch: a later return is steered again
+                call = next(e.call for e in reversed(ran) if e.call.tool == record.tool)
+                text = _messages.same_error_steer_text(record.tool)
+                steer = Steer(call=call, message=text, streak=warn, reason="same_error")
+        if steered is state.steered:
+            return state, steer
+        changes: dict[str, Any] = {"steered": steered}
+        if steer is not None and state.steer is None:
+            changes["steer"] = steer
+        return _evolve(state, **changes), steer
 
     def _count(
         self, state: RequestState, step: Step, changes: dict[str, Any]
@@ -598,20 +661,33 @@ class Engine:
             else:
                 text = _messages.steer_text(step.tool, state.streak)
                 steer = Steer(call=call, message=text, streak=state.streak)
-            steered = _remember(state.steered, step, state.streak, again=False, seen=state.streak)
+            # A broken tool's runs are its failing calls, whatever their args.
+            seen = next((r.calls for r in state.failing if r.tool == step.tool), 0)
+            seen = seen if step.args == _SAME_ERROR_ARGS else state.streak
+            limit = config.backstop(step.tool)
+            steered = _remember(
+                state.steered, step, state.streak, again=False, seen=seen, limit=limit
+            )
             changes.update(warned=True, steered=steered)
         elif returned and not any(e.step == step and e.again for e in state.steered):
-            text = _messages.returned_steer_text(step.tool, state.streak)
-            steer = Steer(call=call, message=text, streak=state.streak, reason="returned")
+            if step.args == _SAME_ERROR_ARGS:
+                text = _messages.same_error_returned_steer_text(step.tool)
+                reason: Reason = "same_error"
+            else:
+                text, reason = _messages.returned_steer_text(step.tool, state.streak), "returned"
+            steer = Steer(call=call, message=text, streak=state.streak, reason=reason)
             changes["steered"] = _remember(state.steered, step, state.streak, again=True)
         elif cycle is not None:
             steps, laps = cycle
-            if not state.cycle_warned and laps >= self._cycle_thresholds(steps)[0]:
+            warn_laps, block_laps = self._cycle_thresholds(steps)
+            if not state.cycle_warned and laps >= warn_laps:
                 text = _messages.cycle_steer_text([s.tool for s in steps], laps)
                 steer = Steer(call=call, message=text, streak=laps, reason="cycle")
                 steered = state.steered
                 for lap_step in steps:  # level 0: its cycle escalates it, not a return
-                    steered = _remember(steered, lap_step, 0, again=True, seen=laps)
+                    # The cycle's most lenient tool decides its backstop too.
+                    limit = max(config.backstop(lap_step.tool), block_laps)
+                    steered = _remember(steered, lap_step, 0, again=True, seen=laps, limit=limit)
                 changes.update(cycle_warned=True, steered=steered)
         elif config.detect_interleaved:
             # Only when other steps came between the occurrences (a plain run of repeats
@@ -627,8 +703,13 @@ class Engine:
             ):
                 text = _messages.interleaved_steer_text(step.tool, count, config.repeat_window)
                 steer = Steer(call=call, message=text, streak=count, reason="interleaved")
-                # Level 0: a return does not resume a streak; the backstop bounds it.
-                changes["steered"] = _remember(state.steered, step, 0, again=True, seen=count)
+                # Level 0: a return does not resume a streak; the backstop bounds it,
+                # counting the runs of this request only (the window outlives it).
+                seen = window[-state.counted :].count(step)
+                limit = config.backstop(step.tool)
+                changes["steered"] = _remember(
+                    state.steered, step, 0, again=True, seen=seen, limit=limit
+                )
         if steer is not None:
             changes["steer"] = steer
         return (_evolve(state, **changes) if changes else state), steer
@@ -760,13 +841,30 @@ def _progressing(steps: tuple[Step, ...]) -> bool:
 
 
 def _remember(
-    steered: tuple[_Steered, ...], step: Step, level: int, *, again: bool, seen: int = 0
+    steered: tuple[_Steered, ...],
+    step: Step,
+    level: int,
+    *,
+    again: bool,
+    seen: int = 0,
+    limit: int = 0,
 ) -> tuple[_Steered, ...]:
-    """`steered` with `step` steered at `level`, its count kept (the latest few steps
-    are kept)."""
-    seen = max(seen, next((entry.seen for entry in steered if entry.step == step), 0))
+    """`steered` with `step` steered at `level`; its run count and the most lenient
+    backstop limit are kept (the latest few steps are kept)."""
+    previous = next((entry for entry in steered if entry.step == step), None)
+    if previous is not None:
+        seen, limit = max(seen, previous.seen), max(limit, previous.limit)
     kept = tuple(entry for entry in steered if entry.step != step)
-    return (*kept, _Steered(step, level, again, seen))[-_STEERED_KEPT:]
+    return (*kept, _Steered(step, level, again, seen, limit))[-_STEERED_KEPT:]
+
+
+def _steered_from_json(row: Any) -> _Steered:
+    # Older snapshots: no run count (the streak it was steered at), no limit (0: the
+    # backstop the configuration gives the tool).
+    step, level, again, *more = row
+    seen = int(more[0]) if more else int(level)
+    limit = int(more[1]) if len(more) > 1 else 0
+    return _Steered(Step._make(step), int(level), bool(again), seen, limit)
 
 
 def _counted(steered: tuple[_Steered, ...], step: Step) -> tuple[_Steered, ...]:

@@ -23,25 +23,29 @@ def steer_text(tool: str, streak: int) -> str:
 def block_text(tool: str, streak: int) -> str:
     """The error result the model gets instead of running a blocked call."""
     return (
-        f"LOOP GUARD: this call was blocked and `{tool}` was not run. You already called "
-        f"it {streak} times in a row with these exact arguments and got the same result "
-        "each time. Do not call it again with the same arguments; use the result you "
-        "already have, try a different approach, or give your final answer."
+        f"{_blocked(tool)} You already called it {streak} times in a row with these exact "
+        "arguments and got the same result each time. Do not call it again with the same "
+        "arguments; use the result you already have, try a different approach, or give "
+        "your final answer."
     )
 
 
-def withheld_text(tool: str, block_threshold: int) -> str:
-    """The result of a repeated call the guard could only judge after it ran.
+def withheld_text(tool: str, block_message: str) -> str:
+    """The result of a call the guard refused only after it ran, with the block's reason.
 
-    A tool outside the guard's wrappers (or one that does not exist) has already run,
-    so the model is told its result is withheld, not that it was not run.
+    A tool outside the guard's wrappers has already run, so the model is told its result
+    is withheld, not that it was not run.
     """
+    opening = _blocked(tool)
+    reason = block_message.removeprefix(opening) if block_message.startswith(opening) else ""
+    return f"LOOP GUARD: the result of this `{tool}` call is withheld.{reason}"
+
+
+def withheld_after_stop_text(tool: str) -> str:
+    """The result of a call that ran after the request had been stopped."""
     return (
-        f"LOOP GUARD: the result of this `{tool}` call is withheld. You made this exact "
-        f"call at least {block_threshold - 1} times in a row and got the same result each "
-        "time, or the request was stopped. Do not call it again with the same arguments; "
-        "use the result you already have, try a different approach, or give your final "
-        "answer."
+        f"LOOP GUARD: the result of this `{tool}` call is withheld, because the request was "
+        "stopped by the loop guard."
     )
 
 
@@ -77,12 +81,12 @@ def cycle_steer_text(tools: list[str], laps: int) -> str:
     )
 
 
-def cycle_block_text(tools: list[str], laps: int) -> str:
+def cycle_block_text(tool: str, tools: list[str], laps: int) -> str:
     """The error result of a call that would continue a cycle past the block threshold."""
     return (
-        f"LOOP GUARD: this call was blocked and was not run: it would go on with a cycle "
-        f"({_sequence(tools)}) that returned the same results {laps} times over. Use the "
-        "results you already have, try a different approach, or give your final answer."
+        f"{_blocked(tool)} It would go on with a cycle ({_sequence(tools)}) that returned "
+        f"the same results {laps} times over. Use the results you already have, try a "
+        "different approach, or give your final answer."
     )
 
 
@@ -126,11 +130,10 @@ def unknown_tool_block_text(tool: str, available: tuple[str, ...], count: int) -
 def backstop_block_text(tool: str, count: int) -> str:
     """The error result of a call the model kept returning to after being steered away."""
     return (
-        f"LOOP GUARD: this call was blocked and `{tool}` was not run. This would be the "
-        f"{_ordinal(count)} time in this request that you make this exact call, and it "
-        "returned the same result every time, although you were told to stop. It will not "
-        "be run again in this request; use the result you already have, try a different "
-        "approach, or give your final answer."
+        f"{_blocked(tool)} This would be the {_ordinal(count)} time in this request that "
+        "you make this exact call, and it returned the same result every time, although you "
+        "were told to stop. It will not be run again in this request; use the result you "
+        "already have, try a different approach, or give your final answer."
     )
 
 
@@ -144,13 +147,23 @@ def same_error_steer_text(tool: str) -> str:
     )
 
 
+def same_error_returned_steer_text(tool: str) -> str:
+    """The second steer, when the model goes back to a tool it was told is broken."""
+    return (
+        f"LOOP GUARD: you were already told that `{tool}` is failing whatever its "
+        "arguments, and it returned the identical error again. If you call it again right "
+        "away, with any arguments, the call will be refused. Use another tool or approach, "
+        "or give your final answer and say that the tool is failing."
+    )
+
+
 def same_error_block_text(tool: str) -> str:
     """The error result of another call to a tool that fails whatever its args."""
     return (
-        f"LOOP GUARD: this call was blocked and `{tool}` was not run. It kept returning the "
-        "identical error whatever the arguments, also after you were told so. Do not call "
-        f"`{tool}` again with other arguments; use another tool or approach, or give your "
-        "final answer and say that the tool is failing."
+        f"{_blocked(tool)} It kept returning the identical error whatever the arguments, "
+        f"also after you were told so. Do not call `{tool}` again with other arguments; use "
+        "another tool or approach, or give your final answer and say that the tool is "
+        "failing."
     )
 
 
@@ -175,3 +188,8 @@ def _names(tools: tuple[str, ...]) -> str:
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def _blocked(tool: str) -> str:
+    """The opening every block text shares (the graph node's withheld text replaces it)."""
+    return f"LOOP GUARD: this call was blocked and `{tool}` was not run."

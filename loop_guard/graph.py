@@ -111,10 +111,12 @@ class LoopGuardNode:
         A tool that does not exist never ran, so its block says so and lists the tools
         that do; any other call did run, and its result is withheld.
         """
-        if isinstance(verdict, Block) and verdict.reason == "unknown_tool":
+        if isinstance(verdict, Stop):
+            text = _messages.withheld_after_stop_text(call.tool)
+        elif verdict.reason == "unknown_tool":
             text = verdict.message
         else:
-            text = _messages.withheld_text(call.tool, self.guard.config.block_threshold)
+            text = _messages.withheld_text(call.tool, verdict.message)
         return block_message(call.id, call.tool, text).model_copy(update={"id": answer_id})
 
     def _route(self, messages: Sequence[BaseMessage], config: RunnableConfig) -> Command[Any]:
