@@ -443,6 +443,8 @@ class Engine:
         """The args fingerprint a call is judged by: one for all calls of a tool that
         does not exist, or that fails whatever its args (with that error, when the
         call's `outcome` is known), else its own."""
+        if not state.failing and not state.unknown:
+            return call.fingerprint
         if call.tool in state.unknown:
             return _UNKNOWN_ARGS
         for record in state.failing:
@@ -545,31 +547,33 @@ class Engine:
         visible = [e for e in entries if e.outcome not in (*_UNANSWERED, _IGNORED, _NOT_RUN)]
         ran = [e for e in visible if e.outcome != _BLOCKED]
         broken: tuple[str, ...] = ()
-        if config.detect_same_error and ran:
+        # Only when some tool is failing: a healthy step costs one look at its outcome.
+        if config.detect_same_error and (state.failing or _any_error(ran)):
             state, broken = self._follow_errors(state, ran)
-        steps = [
-            Step(e.call.tool, self._identity(state, e.call, str(e.outcome)), str(e.outcome))
-            for e in ran
-        ]
         counts_step = bool(visible) and visible[-1].outcome != _BLOCKED
-        siblings = steps[:-1] if counts_step else steps
+        siblings = ran[:-1] if counts_step else ran
         if siblings and config.escalate_ignored and state.steered:
             # Each run of a call the model was steered away from counts toward its
             # backstop, wherever it stands in its batch.
             steered = state.steered
             for sibling in siblings:
-                steered = _counted(steered, sibling)
+                steered = _counted(steered, self._step(state, sibling))
             state = _evolve(state, steered=steered)
         steer = None
         if counts_step:
-            call = visible[-1].call
-            state, returned = self._count(state, steps[-1], closed)
-            state, steer = self._steer(state, steps[-1], call, returned)
+            step = self._step(state, ran[-1])
+            state, returned = self._count(state, step, closed)
+            state, steer = self._steer(state, step, ran[-1].call, returned)
         else:
             state = _evolve(state, **closed)
         if broken:
             state, steer = self._steer_broken(state, broken, ran, steer)
         return state, () if steer is None else (steer,)
+
+    def _step(self, state: RequestState, entry: _Entry) -> Step:
+        """The step a call that ran makes, as the detectors compare it."""
+        outcome = str(entry.outcome)
+        return Step(entry.call.tool, self._identity(state, entry.call, outcome), outcome)
 
     def _steer_broken(
         self,
@@ -615,7 +619,11 @@ class Engine:
             changes["streak"] = state.streak + 1
         else:
             changes.update(last=step, streak=1, warned=False)
-            steered = next((entry for entry in state.steered if entry.step == step), None)
+            steered = None
+            for entry in state.steered:
+                if entry.step == step:
+                    steered = entry
+                    break
             if escalate and steered is not None and steered.level:
                 changes.update(streak=steered.level + 1, warned=True)
                 returned = True
@@ -819,6 +827,10 @@ def _steer_from_json(last: Step, row: Any) -> Steer:
     tool, fingerprint = called or (last.tool, last.args)  # older snapshots: the last step
     call = Call(tool=tool, fingerprint=fingerprint)
     return Steer(call=call, message=message, streak=int(streak), reason=reason)
+
+
+def _any_error(entries: Sequence[_Entry]) -> bool:
+    return any(str(entry.outcome).startswith(_ERROR) for entry in entries)
 
 
 def _trailing_run(steps: tuple[Step, ...]) -> int:
