@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
+import os
+import re
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from loop_guard._config import resolve_config
+from loop_guard._config import (
+    ENV_PREFIX,
+    LoopGuardConfig,
+    _parse_names,
+    _parse_policies,
+    _read_env,
+)
+
+_SETTING = "setting_"  # the argparse dest prefix of the LoopGuardConfig flags
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,17 +41,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     scan = commands.add_parser(
         "scan",
         help="replay recorded conversations: where would the guard have stepped in?",
-        description="Exit status: 0 when the guard would not have stepped in, 1 when it "
-        "would have (a steer, a block or a stop), 2 when a file could not be read.",
+        description="Replay conversation files, LangGraph SQLite checkpoint databases and "
+        "LangGraph PostgreSQL checkpointers (postgresql://user@host:5432/db) through the guard. "
+        "Exit status: 0 when the guard would not have stepped in, 1 when it would have (a "
+        "steer, a block or a stop), 2 when a file or a thread could not be read.",
     )
-    scan.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-    scan.add_argument("--thread", help="the thread to read from a LangGraph SQLite database")
+    scan.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH|URL",
+        help="a conversation file, a LangGraph SQLite checkpoint database, or the URL of a "
+        "LangGraph PostgreSQL checkpointer's database",
+    )
+    scan.add_argument(
+        "--thread", help="the thread to read from a checkpoint database (default: every thread)"
+    )
     scan.add_argument("--json", action="store_true", help="print JSON for machines")
-    for option in ("warn", "block", "abort", "backstop", "same-error"):
-        scan.add_argument(f"--{option}-threshold", type=int, metavar="N")
-    scan.add_argument("--ignore-tools", metavar="A,B", help="comma-separated tool names")
-    scan.add_argument("--ignore-errors", action="store_true", default=None)
-    scan.add_argument("--use-terminate", action="store_true", default=None)
+    _add_setting_flags(scan)
     args = parser.parse_args(argv)
     if args.command == "scan":
         return _scan(args)
@@ -73,23 +91,110 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _scan(args: argparse.Namespace) -> int:
     from loop_guard.scan import EXIT_UNREADABLE, run_scan
 
-    names = [
-        "warn_threshold",
-        "block_threshold",
-        "abort_threshold",
-        "backstop_threshold",
-        "same_error_threshold",
-        "ignore_tools",
-        "ignore_errors",
-        "use_terminate",
-    ]
-    overrides = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     try:
-        config = resolve_config(None, overrides)  # flags win over LOOP_GUARD_* variables
+        config = _scan_config(args, os.environ)
     except ValueError as error:
         print(f"loop-guard scan: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     return run_scan(args.paths, config, thread=args.thread, as_json=args.json)
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag for every `LoopGuardConfig` field, derived from the dataclass, and `--pi`."""
+    group = parser.add_argument_group(
+        "settings",
+        "Every LoopGuardConfig setting. A flag wins over --pi, which wins over the "
+        "LOOP_GUARD_* variables.",
+    )
+    group.add_argument(
+        "--pi",
+        action="store_true",
+        help="start from LoopGuardConfig.pi(): the Pi extension's behaviour, every detector "
+        "beyond it off",
+    )
+    defaults, helps = LoopGuardConfig(), _setting_help()
+    for field in dataclasses.fields(LoopGuardConfig):
+        default = getattr(defaults, field.name)
+        option, dest = "--" + field.name.replace("_", "-"), _SETTING + field.name
+        text = helps.get(field.name, f"LoopGuardConfig.{field.name}")
+        if isinstance(default, bool):
+            shown = f"--{'' if default else 'no-'}{option[2:]}"
+            group.add_argument(option, action=argparse.BooleanOptionalAction, dest=dest,
+                               help=f"{text} (default: {shown})")  # fmt: skip
+        elif isinstance(default, int):
+            group.add_argument(option, type=_integer, metavar="N", dest=dest,
+                               help=f"{text} (default: {default})")  # fmt: skip
+        elif isinstance(default, frozenset):
+            group.add_argument(option, metavar="A,B", dest=dest,
+                               help=f"{text} Comma-separated.")  # fmt: skip
+        elif isinstance(default, Mapping):
+            group.add_argument(option, metavar="JSON", dest=dest,
+                               help=f'{text} As LOOP_GUARD_{field.name.upper()}, e.g. '
+                               '\'{"poll_job": {"block_threshold": 30}}\'.')  # fmt: skip
+        else:  # a setting of a new kind: teach the scan to take it
+            msg = f"no command-line flag for LoopGuardConfig.{field.name}: {field.type}"
+            raise TypeError(msg)
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        msg = f"expected an integer, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+
+
+def _setting_help() -> dict[str, str]:
+    """The first sentence of each attribute in `LoopGuardConfig`'s docstring."""
+    doc = inspect.cleandoc(LoopGuardConfig.__doc__ or "")
+    section = doc.partition("Attributes:\n")[2].partition("\n\n")[0]
+    found = {}
+    for name, text in re.findall(r"^    (\w+): (.*?)(?=^    \w+: |\Z)", section, re.M | re.S):
+        sentences = " ".join(text.split()).split(". ")
+        short = ". ".join(sentences[:2] if len(sentences[0]) < 40 else sentences[:1])
+        found[name] = short.rstrip(".").replace("%", "%%") + "."
+    return found
+
+
+def _scan_config(args: argparse.Namespace, environ: Mapping[str, str]) -> LoopGuardConfig:
+    """Flags, over `--pi`, over the LOOP_GUARD_* variables, over the defaults.
+
+    Unlike a guard, which disables itself on a bad variable and lets the agent run, the
+    scan refuses: a disabled guard would report every conversation as clean.
+    """
+    defaults = LoopGuardConfig()
+    flags: dict[str, Any] = {}
+    for field in dataclasses.fields(LoopGuardConfig):
+        value = getattr(args, _SETTING + field.name)
+        if value is None:
+            continue
+        if isinstance(getattr(defaults, field.name), frozenset):
+            value = _parse_names(value)
+        elif isinstance(getattr(defaults, field.name), Mapping):
+            try:
+                value = _parse_policies(value)
+            except ValueError as error:
+                msg = f"--{field.name.replace('_', '-')}: {error}"
+                raise ValueError(msg) from error
+        flags[field.name] = value
+    chosen = dict(flags)
+    if args.pi:
+        pi = LoopGuardConfig.pi()
+        fields = dataclasses.fields(pi)
+        changed = {f.name: getattr(pi, f.name) for f in fields}
+        changed = {k: v for k, v in changed.items() if v != getattr(defaults, k)}
+        chosen = {**changed, **flags}
+    variables, errors = _read_env(environ)
+    bad = [text for name, text in errors.items() if name not in chosen]
+    if bad:
+        raise ValueError("; ".join(bad))
+    try:
+        return defaults.replace(**{**variables, **chosen})
+    except ValueError as error:
+        defaults.replace(**chosen)  # wrong on their own: that message alone
+        used = ", ".join(f"{ENV_PREFIX}{name.upper()}={value!r}"
+                         for name, value in variables.items() if name not in chosen)  # fmt: skip
+        raise ValueError(f"{error} (with {used})") from error
 
 
 if __name__ == "__main__":

@@ -3,20 +3,27 @@
 Reads recorded conversations and replays them through the engine with the current
 configuration. Formats: OpenAI chat-completions messages (a list, or an object with
 `"messages"`), LangChain message dicts (`messages_to_dict`), JSON Lines of either (one
-message per line, or one conversation per line), and LangGraph SQLite checkpoint
-databases (one thread with `--thread`, else every thread).
+message per line, or one conversation per line), and the databases of LangGraph's SQLite
+and PostgreSQL checkpointers (one thread with `--thread`, else every thread).
+
+A checkpoint database may come from elsewhere: it is read with LangGraph's serializer
+restricted to the types it was built to restore (messages, datetimes, UUIDs and the like),
+so its data can never make the scan import a module, call a function or unpickle an object.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sqlite3
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from langchain_core.messages import (
     AIMessage,
@@ -33,6 +40,11 @@ from loop_guard._engine import Engine
 from loop_guard._guard import GuardEvent
 from loop_guard._langchain import is_user_message, replay
 from loop_guard._values import Call, Decision, Proceed
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.checkpoint.serde.base import SerializerProtocol
 
 EXIT_CLEAN, EXIT_LOOP, EXIT_UNREADABLE = 0, 1, 2
 
@@ -124,15 +136,34 @@ def _requests(messages: Sequence[BaseMessage]) -> Iterator[Sequence[BaseMessage]
     yield messages[start:]
 
 
-def load(path: Path, thread: str | None = None) -> list[Conversation]:
-    """Read the conversations in a file; `ScanError` says why one cannot be read."""
+def load(source: Path | str, thread: str | None = None) -> list[Conversation]:
+    """Read the conversations in a file or database; `ScanError` says why one cannot be read.
+
+    `source` is a path, or a PostgreSQL URL (`postgresql://user@host:5432/db`) of a LangGraph
+    checkpointer. A checkpoint database gives one conversation per thread (`thread`, else
+    every thread).
+    """
+    conversations = []
+    for item in _read(source, thread):
+        if isinstance(item, ScanError):
+            raise item
+        conversations.append(item)
+    return conversations
+
+
+def _read(source: Path | str, thread: str | None) -> list[Conversation | ScanError]:
+    """The conversations of a source, and an error for each thread that cannot be read;
+    raises `ScanError` when nothing can be read."""
+    if isinstance(source, str) and is_postgres_url(source):
+        return _read_checkpoints(_postgres, source, thread)
+    path = Path(source)
     try:
         with path.open("rb") as handle:
             head = handle.read(16)
     except OSError as error:
         raise ScanError(error.strerror or str(error)) from error
     if head.startswith(b"SQLite format 3"):
-        return _load_checkpoints(path, thread)
+        return _read_checkpoints(_sqlite, path, thread)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -141,7 +172,8 @@ def load(path: Path, thread: str | None = None) -> list[Conversation]:
         data = json.loads(text)
     except json.JSONDecodeError:
         data = _json_lines(text)
-    return _conversations(path.name, data)
+    found: list[Conversation | ScanError] = [*_conversations(path.name, data)]
+    return found
 
 
 def _json_lines(text: str) -> list[Any]:
@@ -241,27 +273,187 @@ def _arguments(raw: Any) -> Any:
     return raw if raw is not None else {}
 
 
-def _load_checkpoints(path: Path, thread: str | None) -> list[Conversation]:
-    from langgraph.checkpoint.sqlite import SqliteSaver
+# --- LangGraph checkpoint databases -----------------------------------------------------------
+
+CHECKPOINT_FLOOR = (4, 1, 1)
+"""The oldest `langgraph-checkpoint` the readers trust: it never unpickles by default (4.0.0),
+restricts the objects msgpack data may construct when asked to (4.0.1), and no longer calls a
+method named in lc:2 JSON data (4.1.1)."""
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(source: str) -> bool:
+    """Whether a command-line source names a PostgreSQL database rather than a file."""
+    return source.startswith(_POSTGRES_SCHEMES)
+
+
+def display_name(source: Path | str) -> str:
+    """A source as printed: a PostgreSQL URL without its password.
+
+    Example:
+        >>> display_name("postgresql://ops:s3cret@db.internal:5432/agents?password=s3cret")
+        'postgresql://ops:***@db.internal:5432/agents?password=***'
+    """
+    if isinstance(source, str) and is_postgres_url(source):
+        source = re.sub(r"^(\w+://[^:/@?#]*):[^@/?#]*@", r"\1:***@", source)
+        return re.sub(r"([?&]password=)[^&#]*", r"\1***", source)
+    return str(source)
+
+
+@dataclass(frozen=True, slots=True)
+class _Database:
+    """An open checkpoint database: its saver, its threads and the errors its driver raises."""
+
+    name: str
+    saver: BaseCheckpointSaver[Any]
+    threads: Callable[[], list[str]]
+    errors: tuple[type[Exception], ...]
+
+
+_THREADS = "SELECT DISTINCT thread_id FROM checkpoints WHERE checkpoint_ns = '' ORDER BY thread_id"
+
+
+def _missing(what: str, package: str, extra: str, error: ImportError) -> ScanError:
+    return ScanError(
+        f'reading {what} needs {package} ({error}): pip install "langchain-loop-guard[{extra}]"'
+    )
+
+
+def _safe_serializer(extra: str) -> SerializerProtocol:
+    """LangGraph's serializer, refusing every object it was not built to restore.
+
+    Its defaults would import and call whatever a msgpack checkpoint names (GHSA-g48c-2wqr-h844
+    leaves that opt-in): a database from elsewhere must never run code here.
+    """
+    try:
+        version = metadata.version("langgraph-checkpoint")
+    except metadata.PackageNotFoundError:
+        version = "0"
+    if _release(version) < CHECKPOINT_FLOOR:
+        floor = ".".join(map(str, CHECKPOINT_FLOOR))
+        msg = (
+            f"langgraph-checkpoint {version} may run code stored in a checkpoint; reading one "
+            f"needs langgraph-checkpoint>={floor}: "
+            f'pip install --upgrade "langchain-loop-guard[{extra}]"'
+        )
+        raise ScanError(msg)
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    return JsonPlusSerializer(
+        pickle_fallback=False, allowed_json_modules=None, allowed_msgpack_modules=None
+    )
+
+
+def _release(version: str) -> tuple[int, ...]:
+    numbers = []
+    for part in version.split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        numbers.append(int(digits.group()))
+    return tuple(numbers)
+
+
+@contextmanager
+def _sqlite(path: Path) -> Iterator[_Database]:
+    """A LangGraph SQLite checkpoint database, opened read-only."""
+    try:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+    except ImportError as error:
+        what = "a LangGraph SQLite checkpoint database"
+        raise _missing(what, "langgraph-checkpoint-sqlite", "sqlite", error) from error
+    serde = _safe_serializer("sqlite")
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    except sqlite3.Error as error:
+        raise ScanError(f"cannot open: {error}") from error
+
+    def threads() -> list[str]:
+        return [str(row[0]) for row in connection.execute(_THREADS)]
 
     try:
-        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        saver = SqliteSaver(connection)
-        threads = [thread] if thread else sorted(
-            {str(c.config["configurable"]["thread_id"]) for c in saver.list(None)}
-        )  # fmt: skip
-        conversations = []
-        for thread_id in threads:
-            found = saver.get_tuple({"configurable": {"thread_id": thread_id}})
-            if found is None:
-                msg = f"no thread {thread_id!r} in this checkpoint database"
-                raise ScanError(msg)
-            messages = found.checkpoint["channel_values"].get("messages", [])
-            conversations.append(Conversation(f"{path.name}:{thread_id}", list(messages)))
-        return conversations
-    except sqlite3.Error as error:
-        msg = f"not a LangGraph checkpoint database: {error}"
-        raise ScanError(msg) from error
+        yield _Database(path.name, SqliteSaver(connection, serde=serde), threads, (sqlite3.Error,))
+    finally:
+        connection.close()
+
+
+@contextmanager
+def _postgres(url: str) -> Iterator[_Database]:
+    """A LangGraph PostgreSQL checkpointer's database, in read-only transactions."""
+    try:
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+        from psycopg.rows import dict_row
+    except ImportError as error:
+        what = "a LangGraph PostgreSQL checkpointer"
+        package = "langgraph-checkpoint-postgres and psycopg"
+        raise _missing(what, package, "postgres", error) from error
+    serde = _safe_serializer("postgres")
+    try:
+        if "connect_timeout" not in conninfo_to_dict(url):  # fail in seconds, not minutes
+            url = make_conninfo(url, connect_timeout=10)
+        connection = psycopg.connect(
+            url, autocommit=True, prepare_threshold=0, row_factory=dict_row
+        )
+        connection.execute("SET default_transaction_read_only = on")  # never write
+    except psycopg.Error as error:
+        detail = " ".join(str(error).split())
+        raise ScanError(f"cannot connect: {detail}") from error
+
+    def threads() -> list[str]:
+        return [str(row["thread_id"]) for row in connection.execute(_THREADS)]
+
+    try:
+        saver = PostgresSaver(connection, serde=serde)
+        yield _Database(connection.info.dbname, saver, threads, (psycopg.Error,))
+    finally:
+        connection.close()
+
+
+_Source = TypeVar("_Source", Path, str)
+
+
+def _read_checkpoints(
+    open_database: Callable[[_Source], AbstractContextManager[_Database]],
+    source: _Source,
+    thread: str | None,
+) -> list[Conversation | ScanError]:
+    """Each thread of a checkpointer as a conversation: the messages of its latest checkpoint.
+
+    A thread that cannot be read is an error of its own; the others are still read.
+    """
+    results: list[Conversation | ScanError] = []
+    with open_database(source) as database:
+        try:
+            threads = [thread] if thread else sorted(database.threads())
+            for thread_id in threads:
+                results.append(_read_thread(database, thread_id))
+        except database.errors as error:
+            detail = " ".join(str(error).split())
+            msg = f"not a LangGraph checkpoint database: {detail}"
+            raise ScanError(msg) from error
+    return results
+
+
+def _read_thread(database: _Database, thread_id: str) -> Conversation | ScanError:
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    try:
+        found = database.saver.get_tuple(config)
+    except database.errors:
+        raise  # the database itself: not one thread's problem
+    except Exception as error:  # data the safe serializer refuses, or does not know
+        return ScanError(f"thread {thread_id!r} cannot be read: {type(error).__name__}: {error}")
+    if found is None:
+        return ScanError(f"no thread {thread_id!r} in this checkpoint database")
+    messages = found.checkpoint.get("channel_values", {}).get("messages", [])
+    if not isinstance(messages, list):
+        return ScanError(f"thread {thread_id!r}: its 'messages' are not a list")
+    # Values the serializer refused to restore stay inert data, and are left out.
+    kept = [message for message in messages if isinstance(message, BaseMessage)]
+    return Conversation(f"{database.name}:{thread_id}", kept)
 
 
 def print_table(reports: Sequence[Report], out: TextIO) -> None:
@@ -286,7 +478,7 @@ def print_table(reports: Sequence[Report], out: TextIO) -> None:
 
 
 def run_scan(
-    paths: Sequence[Path],
+    paths: Sequence[Path | str],
     config: LoopGuardConfig,
     *,
     thread: str | None = None,
@@ -294,22 +486,28 @@ def run_scan(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Scan files; 0 when the guard would not have stepped in, 1 when it would, 2 when a
-    file could not be read (each such file is named with the reason)."""
+    """Scan files and databases (paths, or PostgreSQL URLs); 0 when the guard would not have
+    stepped in, 1 when it would, 2 when a file or a thread could not be read (each is named
+    with the reason)."""
     out, err = out or sys.stdout, err or sys.stderr
     reports: list[Report] = []
     unreadable = False
     progress = err.isatty() and len(paths) > 1
-    for number, path in enumerate(paths, start=1):
+    for number, source in enumerate(paths, start=1):
+        name = display_name(source)
         if progress:
-            print(f"\rscanning {number}/{len(paths)}: {path.name[:50]:<50}", end="", file=err)
+            short = name if is_postgres_url(name) else Path(name).name
+            print(f"\rscanning {number}/{len(paths)}: {short[:50]:<50}", end="", file=err)
         try:
-            conversations = load(path, thread)
+            items = _read(source, thread)
         except ScanError as error:
-            unreadable = True
-            print(f"loop-guard scan: {path}: {error}", file=err)
-            continue
-        reports.extend(scan_conversation(config, c) for c in conversations)
+            items = [error]
+        for item in items:
+            if isinstance(item, ScanError):
+                unreadable = True
+                print(f"loop-guard scan: {name}: {item}", file=err)
+            else:
+                reports.append(scan_conversation(config, item))
     if progress:
         print("\r" + " " * 72 + "\r", end="", file=err)
     if as_json:

@@ -1,4 +1,8 @@
-"""The README's Python snippets run as written, given the names a user would have."""
+"""The README's Python snippets run as written, given the names a user would have.
+
+Snippets fenced as `py` instead of `python` talk to a served agent; `tests/test_server.py`
+runs that code against `langgraph dev`.
+"""
 
 from __future__ import annotations
 
