@@ -162,13 +162,15 @@ def _repeat(turn: Turn, times: int) -> list[Turn]:
 
 
 MISSING = call("read", path="missing.md")
-PI_STOP = events_are(
-    (3, "warn", "repeat"),
-    (5, "block", "repeat"),
-    (6, "block", "repeat"),
-    (7, "block", "repeat"),
-    (7, "abort", None),
-)
+
+
+def stop_ladder(steer_at: int, first_block: int, reason: str) -> Callable[[Any], None]:
+    """Exactly the ladder: a steer, three blocks in a row, and the stop at the third."""
+    blocks = [(first_block + n, "block", reason) for n in range(3)]
+    return events_are((steer_at, "warn", reason), *blocks, (first_block + 2, "abort", None))
+
+
+PI_STOP = stop_ladder(3, 5, "repeat")
 """The Pi ladder with the defaults: steer at 3, block 5-7, stop after the 3rd block."""
 PING, PONG = call("read", path="/a.txt"), call("run", command="ls /workspace")
 
@@ -209,13 +211,7 @@ SCENARIOS = [
     Scenario(
         "B1 ping-pong, stable results",
         [[PING], [PONG]] * 10,
-        events_are(
-            (6, "warn", "cycle"),
-            (9, "block", "cycle"),
-            (10, "block", "cycle"),
-            (11, "block", "cycle"),
-            (11, "abort", None),
-        ),
+        stop_ladder(6, 9, "cycle"),
     ),
     Scenario(
         "B2 ping-pong, progressing results",
@@ -268,13 +264,7 @@ SCENARIOS = [
     Scenario(
         "C5 unknown tool, varying args",
         [[call("exec", command=f"cmd{n}")] for n in range(12)],
-        events_are(
-            (3, "warn", "unknown_tool"),
-            (5, "block", "unknown_tool"),
-            (6, "block", "unknown_tool"),
-            (7, "block", "unknown_tool"),
-            (7, "abort", None),
-        ),
+        stop_ladder(3, 5, "unknown_tool"),
     ),
     Scenario(
         "C1 runaway read between diagnostics",
@@ -303,24 +293,12 @@ SCENARIOS = [
             [call("lookup", query=query)]
             for query in ("Machine Learning", "ML", "ML", "C1005", "ML", "Machine Learning") * 5
         ],
-        events_are(
-            (4, "warn", "same_error"),
-            (6, "block", "same_error"),
-            (7, "block", "same_error"),
-            (8, "block", "same_error"),
-            (8, "abort", None),
-        ),
+        stop_ladder(4, 6, "same_error"),
     ),
     Scenario(
         "C6 one more field per retry, same error",
         [[call("lookup", query="ML", fields=[f"f{k}" for k in range(n)])] for n in range(19)],
-        events_are(
-            (4, "warn", "same_error"),
-            (6, "block", "same_error"),
-            (7, "block", "same_error"),
-            (8, "block", "same_error"),
-            (8, "abort", None),
-        ),
+        stop_ladder(4, 6, "same_error"),
     ),
     Scenario(
         "C6 enumeration meeting the same error",
