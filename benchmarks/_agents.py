@@ -249,9 +249,9 @@ def _charge(start: float) -> None:
 class TimedMiddleware(LoopGuardMiddleware):
     """`LoopGuardMiddleware` with a stopwatch on each hook's own code.
 
-    `after_model` and `wrap_model_call` do their work through `_fail_open`, which is
-    timed (not the model call that `wrap_model_call` wraps); `wrap_tool_call` only
-    passes the call on unless `dedupe_siblings` is set.
+    `wrap_model_call` does its work through `_fail_open`, which is timed (not the model
+    call it wraps); `wrap_tool_call` only passes the call on unless `dedupe_siblings`
+    is set.
     """
 
     def before_agent(self, state: Any, runtime: Any) -> Any:
@@ -296,10 +296,6 @@ class NullHooks(AgentMiddleware):
     """
 
     def before_agent(self, state: Any, runtime: Any) -> None:
-        return None
-
-    @hook_config(can_jump_to=["end"])
-    def after_model(self, state: Any, runtime: Any) -> None:
         return None
 
     def after_agent(self, state: Any, runtime: Any) -> None:

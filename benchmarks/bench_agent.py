@@ -195,7 +195,7 @@ def run(scale: Scale) -> Section:
             [
                 [
                     "hook nodes per model step",
-                    "1 (after_model), + wrap_model_call, wrap_tool_call",
+                    "0 (wrap_model_call, wrap_tool_call)",
                     "1 (after_model)",
                 ],
                 ["the hooks' own code (CPU, in situ)", us(ours_cpu), us(tcl_cpu)],

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, NotRequired, cast
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -14,9 +14,8 @@ from langchain.agents.middleware.types import (
     ModelResponse,
     PrivateStateAttr,
     ResponseT,
-    hook_config,
 )
-from langchain_core.messages import AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
@@ -150,35 +149,35 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         fresh = self.guard.engine.start_request(previous, uuid.uuid4().hex)
         return {"loop_guard": fresh.to_dict()}
 
-    @hook_config(can_jump_to=["end"])
-    @override
-    def after_model(
-        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
-    ) -> dict[str, Any] | None:
-        """Check the model's tool calls before they run; block repeats, end on a stop."""
-        return self._fail_open(self._check_response, state)
-
     @override
     def wrap_model_call(
         self,
         request: ModelRequest[ContextT],
         handler: Callable[[ModelRequest[ContextT]], ModelResponse[ResponseT]],
     ) -> ModelResponse[ResponseT] | ExtendedModelResponse[ResponseT]:
-        """Record the last batch's results; deliver a due steer to this model call.
+        """Record the last batch's results, deliver a due steer, and decide the reply.
 
-        Done inside the model call rather than in a `before_model` hook: no extra graph
-        step per turn. The steer is written into the history just before the model's
-        reply, where the model saw it: `result` is `[steer, reply]`, so a middleware
-        wrapping this one finds the reply at `result[-1]`.
+        Everything happens inside the model call, before any `after_model` hook runs:
+        no extra graph step per turn, and a call the guard refuses is already answered
+        when other middleware (human approval, call limits) looks at the reply.
+
+        - A due steer is written into the history just before the model's reply,
+            where the model saw it.
+        - Refused calls get their error `ToolMessage` right after the reply.
+        - When every call of the reply was refused, the model is asked again at once
+            (its refusals in view), so no other middleware ever acts on a reply that
+            has nothing left to run.
+        - A stop ends the reply with the guard's final `AIMessage`: the run ends there.
+
+        What a middleware wrapping this one gets: `result` ends with the model's last
+        reply, after the due steer (and the earlier replies and refusals, when the
+        model was asked again); the refusals of the last reply, and the stop, follow it
+        in the history through the `Command` of an `ExtendedModelResponse`.
         """
-        update = self._fail_open(
-            self._record_results, cast("LoopGuardState[ResponseT]", request.state)
-        )
-        if update is None:
-            return handler(request)
-        steer: list[AnyMessage] = update.pop("messages", [])
-        response = handler(request.override(messages=[*request.messages, *steer]))
-        return self._with_update(response, steer, update)
+        turn = _Turn(self, request)
+        while (model_request := turn.next_request()) is not None:
+            turn.take(handler(model_request))
+        return turn.outcome()
 
     @override
     async def awrap_model_call(
@@ -187,14 +186,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         handler: Callable[[ModelRequest[ContextT]], Awaitable[ModelResponse[ResponseT]]],
     ) -> ModelResponse[ResponseT] | ExtendedModelResponse[ResponseT]:
         """Async twin of `wrap_model_call`."""
-        update = self._fail_open(
-            self._record_results, cast("LoopGuardState[ResponseT]", request.state)
-        )
-        if update is None:
-            return await handler(request)
-        steer: list[AnyMessage] = update.pop("messages", [])
-        response = await handler(request.override(messages=[*request.messages, *steer]))
-        return self._with_update(response, steer, update)
+        turn = _Turn(self, request)
+        while (model_request := turn.next_request()) is not None:
+            turn.take(await handler(model_request))
+        return turn.outcome()
 
     @override
     def after_agent(
@@ -249,14 +244,6 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """Async twin of `before_agent`."""
         return self.before_agent(state, runtime)
 
-    @hook_config(can_jump_to=["end"])
-    @override
-    async def aafter_model(
-        self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
-    ) -> dict[str, Any] | None:
-        """Async twin of `after_model`."""
-        return self.after_model(state, runtime)
-
     @override
     async def aafter_agent(
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
@@ -284,8 +271,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             answered = {
                 answer.tool_call_id for answer in answers if isinstance(answer, ToolMessage)
             }
-            answers.extend(stop_messages(message, answered, stop))
-            update["jump_to"] = "end"
+            answers.extend(stop_messages(message, answered, stop))  # ends with the stop
         if answers:
             update["messages"] = answers
         return update
@@ -328,15 +314,6 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             self.guard.report_fault(None, error)
             return None
 
-    @staticmethod
-    def _with_update(
-        response: ModelResponse[ResponseT], steer: list[AnyMessage], update: dict[str, Any]
-    ) -> ExtendedModelResponse[ResponseT]:
-        reply = ModelResponse(
-            result=[*steer, *response.result], structured_response=response.structured_response
-        )
-        return ExtendedModelResponse(model_response=reply, command=Command(update=update))
-
     def _fail_open(
         self,
         hook: Callable[[LoopGuardState[ResponseT]], dict[str, Any] | None],
@@ -356,3 +333,96 @@ def _conversation(state: LoopGuardState[Any]) -> str:
     if thread is not None:
         return thread
     return f"request:{(state.get('loop_guard') or {}).get('request_id')}"
+
+
+class _Turn(Generic[ResponseT]):
+    """One model turn of `wrap_model_call`: the model's calls until a reply the guard lets
+    through, with what the turn adds to the history. Sync and async share it.
+
+    The guard's hooks read a state that grows with the turn: the request's state with
+    the guard's latest snapshot, and the messages added so far. The hooks only look at
+    the last AI message and what follows it, so once the turn has added one, the added
+    messages stand for the whole history (no copy of it per model call).
+    """
+
+    def __init__(
+        self, middleware: LoopGuardMiddleware[ResponseT, Any], request: ModelRequest[Any]
+    ) -> None:
+        self.middleware = middleware
+        self.request = request
+        self.state: dict[str, Any] = dict(request.state)
+        self.added: list[BaseMessage] = []  # what this turn adds to the history, in order
+        self.answers: list[BaseMessage] = []  # the guard's answers to the last reply
+        self.response: ModelResponse[ResponseT] | None = None
+        self.changed = False  # the guard's snapshot changed
+        self.again = True  # the model is to be called (again)
+        # Each reply refused in full adds a block, and `abort_threshold` blocks stop the
+        # request: the bound is a backstop only.
+        self.calls_left = middleware.guard.config.abort_threshold + 2
+
+    def next_request(self) -> ModelRequest[Any] | None:
+        """The model request to send now (a due steer added), or `None` when done."""
+        if not self.again or self.calls_left <= 0:
+            return None
+        self.again, self.calls_left = False, self.calls_left - 1
+        self.answers = []
+        update = self.middleware._fail_open(self.middleware._record_results, self._state())
+        if update is not None:
+            self._add(update.pop("messages", []))
+            self._snapshot(update)
+        if not self.added:
+            return self.request
+        messages = [*self.request.messages, *self.added]
+        return self.request.override(messages=cast("list[AnyMessage]", messages))
+
+    def take(self, response: ModelResponse[ResponseT]) -> None:
+        """Decide the model's reply; refused in full (and no stop), ask the model again."""
+        self.response = response
+        self._add(response.result)
+        update = self.middleware._fail_open(self.middleware._check_response, self._state())
+        if update is None:
+            return
+        answers: list[AnyMessage] = update.pop("messages", [])
+        self._add(answers)
+        self.answers = list(answers)
+        self._snapshot(update)
+        reply, _ = last_batch(response.result)
+        refused = {a.tool_call_id for a in answers if isinstance(a, ToolMessage)}
+        self.again = (
+            reply is not None
+            and bool(reply.tool_calls)
+            and all(call["id"] in refused for call in reply.tool_calls)
+            and not any(isinstance(a, AIMessage) for a in answers)  # no stop
+            and response.structured_response is None
+        )
+
+    def outcome(self) -> ModelResponse[ResponseT] | ExtendedModelResponse[ResponseT]:
+        """The model node's result: the turn's messages and the guard's new snapshot.
+
+        The guard's answers to the last reply travel in the command, which is applied
+        after the result: the result still ends with the model's last reply.
+        """
+        response = self.response
+        if response is None:  # never reached: the model is always called once
+            msg = "the model was not called"
+            raise RuntimeError(msg)
+        body = self.added[: len(self.added) - len(self.answers)]
+        if not self.changed and body == response.result:
+            return response
+        reply = ModelResponse(result=body, structured_response=response.structured_response)
+        update: dict[str, Any] = {"loop_guard": self.state.get("loop_guard")}
+        if self.answers:
+            update["messages"] = self.answers
+        return ExtendedModelResponse(model_response=reply, command=Command(update=update))
+
+    def _state(self) -> LoopGuardState[ResponseT]:
+        if any(isinstance(message, AIMessage) for message in self.added):
+            return cast("LoopGuardState[ResponseT]", {**self.state, "messages": self.added})
+        return cast("LoopGuardState[ResponseT]", self.state)
+
+    def _add(self, messages: Sequence[BaseMessage]) -> None:
+        self.added.extend(messages)
+
+    def _snapshot(self, update: dict[str, Any]) -> None:
+        self.state["loop_guard"] = update["loop_guard"]
+        self.changed = True
