@@ -188,9 +188,8 @@ class LoopGuard:
         self._sinks: tuple[Callable[[GuardEvent], object], ...] = ()
         self._counts: Counter[tuple[str, str]] = Counter()  # (tool, counter) -> n
         self.siblings = SharedRuns()  # identical siblings share one run (`dedupe_siblings`)
-        # Set by a graph node built for this guard: it delivers the steer as a message of
-        # its own, so tools wrapped with the default `deliver_steer` leave it to the node.
-        self.node_delivers_steer = False
+        self._node_served: set[str] = set()  # conversations a `LoopGuardNode` steers
+        self.node_attached = False  # set by `LoopGuardNode`: a graph node steers for it
 
     @property
     def config(self) -> LoopGuardConfig:
@@ -263,6 +262,17 @@ class LoopGuard:
         with self._lock:
             self._states.pop(conversation, None)
             self._seen.pop(conversation, None)
+            self._node_served.discard(conversation)
+
+    def note_node(self, conversation: str) -> None:
+        """A graph node delivers this conversation's steers as messages of their own."""
+        with self._lock:
+            if conversation in self._states:
+                self._node_served.add(conversation)
+
+    def has_node(self, conversation: str) -> bool:
+        """Whether a graph node delivers this conversation's steers (see `note_node`)."""
+        return conversation in self._node_served
 
     def open_batch(self, conversation: str, calls: Sequence[Call]) -> None:
         """Declare the calls of one model response, in the model's order (SPEC §4)."""
@@ -389,3 +399,4 @@ class LoopGuard:
         while len(self._states) > self.max_conversations:
             forgotten, _ = self._states.popitem(last=False)
             self._seen.pop(forgotten, None)
+            self._node_served.discard(forgotten)

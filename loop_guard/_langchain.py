@@ -58,7 +58,7 @@ def dispatch_event(event: GuardEvent) -> None:
         return  # not inside a run (the engine used on its own)
     try:
         write = get_stream_writer()
-    except RuntimeError:
+    except (RuntimeError, KeyError):
         return  # a run, but not a LangGraph graph: no stream to write to
     write(payload)
 

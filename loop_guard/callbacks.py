@@ -31,8 +31,9 @@ from loop_guard._values import Call, LoopGuardAbort, Result
 
 class _StopIsNotAnError(logging.Filter):
     """Drops langchain-core's "Error in LoopGuardCallbackHandler.on_chat_model_start
-    callback" warning for the handler's own stop: the stop is how it ends a run on
-    purpose, and the guard has logged it already. Every other record passes."""
+    callback" warning for the handler's own stop (a subclass's too): the stop is how it
+    ends a run on purpose, and the guard has logged it already. Every other record
+    passes."""
 
     @override
     def filter(self, record: logging.LogRecord) -> bool:
@@ -40,7 +41,7 @@ class _StopIsNotAnError(logging.Filter):
         return not (
             isinstance(args, tuple)
             and len(args) == 3
-            and args[0] == LoopGuardCallbackHandler.__name__
+            and args[1] == "on_chat_model_start"
             and str(args[2]).startswith(f"{LoopGuardAbort.__name__}(")
         )
 
@@ -276,10 +277,21 @@ def conversation_for(
     thread = thread_key(config)
     if thread is not None:
         return thread
+    found = handler_for(guard, config)
+    if found is not None:
+        handler, callbacks = found
+        return handler.conversation_of(callbacks.parent_run_id)
+    request_id, _ = current_request(messages)
+    return None if request_id is None else f"request:{request_id}"
+
+
+def handler_for(
+    guard: LoopGuard, config: RunnableConfig | None
+) -> tuple[LoopGuardCallbackHandler, BaseCallbackManager] | None:
+    """The handler watching this run for `guard`, if one is attached, and its manager."""
     callbacks = (config or {}).get("callbacks")
     if isinstance(callbacks, BaseCallbackManager):
         for handler in callbacks.handlers:
             if isinstance(handler, LoopGuardCallbackHandler) and handler.guard is guard:
-                return handler.conversation_of(callbacks.parent_run_id)
-    request_id, _ = current_request(messages)
-    return None if request_id is None else f"request:{request_id}"
+                return handler, callbacks
+    return None

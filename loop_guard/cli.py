@@ -189,12 +189,17 @@ def _scan_config(args: argparse.Namespace, environ: Mapping[str, str]) -> LoopGu
     if bad:
         raise ValueError("; ".join(bad))
     try:
-        return defaults.replace(**{**variables, **chosen})
+        config = defaults.replace(**{**variables, **chosen})
     except ValueError as error:
         defaults.replace(**chosen)  # wrong on their own: that message alone
         used = ", ".join(f"{ENV_PREFIX}{name.upper()}={value!r}"
                          for name, value in variables.items() if name not in chosen)  # fmt: skip
         raise ValueError(f"{error} (with {used})") from error
+    if not config.enabled:
+        source = "--no-enabled" if "enabled" in chosen else f"{ENV_PREFIX}ENABLED"
+        msg = f"the guard is disabled ({source}): a scan would report every conversation clean"
+        raise ValueError(msg)
+    return config
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ class LoopGuardNode:
 
     Blocking a call before it runs is done by the tools themselves: wrap them with
     `guard_tools(tools, guard)`. Once this node exists for a guard, those tools leave
-    the steer to it (unless built with `deliver_steer=True`).
+    the steer to it in every conversation it serves (unless built with
+    `deliver_steer=True`).
 
     Args:
         guard: The `LoopGuard` holding the conversations' state.
@@ -83,9 +84,9 @@ class LoopGuardNode:
         self.guard = guard
         self.next_node = next_node
         self.messages_key = messages_key
-        self._next_node_found = False
+        self._next_node_found = next_node == END
         guard.subscribe(dispatch_event)
-        guard.node_delivers_steer = True
+        guard.node_attached = True
 
     def __call__(self, state: Any, config: RunnableConfig) -> Command[Any]:
         """Record the last batch; continue with a steer if due, or end the request."""
@@ -143,6 +144,7 @@ class LoopGuardNode:
                 elif not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it
                     corrections.append(self._withheld(call, verdict, answer.id))
             self.guard.settle(conversation)
+        self.guard.note_node(conversation)  # the steers of this conversation are ours
         stop = self.guard.stop_of(conversation)
         if stop is not None:
             answered = {answer.tool_call_id for answer in answers}

@@ -38,7 +38,7 @@ from loop_guard._langchain import (
     stop_messages,
     thread_key,
 )
-from loop_guard._values import Block, Call, LoopGuardAbort
+from loop_guard._values import Block, Call, Decision, LoopGuardAbort
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
@@ -211,7 +211,11 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
-        """With `dedupe_siblings`, identical calls of one response run once."""
+        """Answer a refused call without running it; with `dedupe_siblings`, identical
+        calls of one response run once."""
+        refusal = self._refusal(request)
+        if refusal is not None:
+            return refusal
         shared = self._sharing(request)
         if shared is None:
             return handler(request)
@@ -228,6 +232,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         """Async twin of `wrap_tool_call`."""
+        refusal = self._refusal(request)
+        if refusal is not None:
+            return refusal
         shared = self._sharing(request)
         if shared is None:
             return await handler(request)
@@ -251,15 +258,18 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """Async twin of `after_agent`."""
         return self.after_agent(state, runtime)
 
-    def _check_response(self, state: LoopGuardState[ResponseT]) -> dict[str, Any] | None:
+    def _check_response(
+        self, state: LoopGuardState[ResponseT], decisions: list[Decision]
+    ) -> dict[str, Any] | None:
+        """Decide the last reply's calls; the refusals and the stop as messages."""
         message, _ = last_batch(state["messages"])
         if message is None or not message.tool_calls:
             return None
-        engine, conversation = self.guard.engine, _conversation(state)
+        engine = self.guard.engine
         snapshot = RequestState.from_dict(state.get("loop_guard"))
         calls = [call_of(tool_call) for tool_call in message.tool_calls]
-        snapshot, verdicts, decisions = engine.check_batch(snapshot, calls)
-        self.guard.emit(conversation, decisions)
+        snapshot, verdicts, decided = engine.check_batch(snapshot, calls)
+        decisions.extend(decided)
         answers: list[AnyMessage] = [
             block_message(call.id, call.tool, verdict.message)
             for call, verdict in zip(calls, verdicts, strict=True)
@@ -276,7 +286,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             update["messages"] = answers
         return update
 
-    def _record_results(self, state: LoopGuardState[ResponseT]) -> dict[str, Any] | None:
+    def _record_results(
+        self, state: LoopGuardState[ResponseT], decisions: list[Decision]
+    ) -> dict[str, Any] | None:
+        """Record the last batch's results; a due steer as a message."""
         snapshot = RequestState.from_dict(state.get("loop_guard"))
         awaiting = {call.id for call in snapshot.awaiting}
         message, answers = last_batch(state["messages"])
@@ -284,15 +297,15 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             return None
         # Rebuilt from the AI message, not the snapshot: the snapshot keeps no args.
         calls = {c["id"]: call_of(c) for c in message.tool_calls if c["id"] in awaiting}
-        engine, conversation = self.guard.engine, _conversation(state)
+        engine = self.guard.engine
         for answer in answers:
             call = calls.get(answer.tool_call_id)
             if call is not None:
                 result = result_of(answer, engine.config.normalizers(call.tool))
-                snapshot, decisions = engine.record_result(snapshot, call, result)
-                self.guard.emit(conversation, decisions)
-        snapshot, decisions = engine.settle(snapshot)
-        self.guard.emit(conversation, decisions)
+                snapshot, decided = engine.record_result(snapshot, call, result)
+                decisions.extend(decided)
+        snapshot, decided = engine.settle(snapshot)
+        decisions.extend(decided)
         snapshot, steer = engine.take_steer(snapshot)
         update: dict[str, Any] = {"loop_guard": snapshot.to_dict()}
         if steer is not None:
@@ -314,14 +327,36 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             self.guard.report_fault(None, error)
             return None
 
+    def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
+        """The answer of a call the guard refused when it decided the reply, if refused.
+
+        A reply refused only in part keeps its refused calls unanswered until the tool
+        node reaches them, so that middleware acting after the model (call limits,
+        human approval) never answers a call a second time.
+        """
+        try:
+            snapshot = RequestState.from_dict(request.state.get("loop_guard"))
+            call = call_of(request.tool_call)
+            engine = self.guard.engine
+            if not engine.decided(snapshot, [call.id]):
+                return None
+            _, verdict, _ = engine.check_call(snapshot, call)  # the verdict it already had
+            if not isinstance(verdict, Block):
+                return None
+            return block_message(call.id, call.tool, verdict.message)
+        except Exception as error:  # a fault of the guard: this call runs unguarded
+            self.guard.report_fault(None, error)
+            return None
+
     def _fail_open(
         self,
-        hook: Callable[[LoopGuardState[ResponseT]], dict[str, Any] | None],
+        hook: Callable[[LoopGuardState[ResponseT], list[Decision]], dict[str, Any] | None],
         state: LoopGuardState[ResponseT],
+        decisions: list[Decision],
     ) -> dict[str, Any] | None:
         """Run a hook; a fault of the guard is reported and the agent goes on unguarded."""
         try:
-            return hook(state)
+            return hook(state, decisions)
         except Exception as error:
             self.guard.report_fault(_conversation(state), error)
             return None
@@ -352,7 +387,7 @@ class _Turn(Generic[ResponseT]):
         self.request = request
         self.state: dict[str, Any] = dict(request.state)
         self.added: list[BaseMessage] = []  # what this turn adds to the history, in order
-        self.answers: list[BaseMessage] = []  # the guard's answers to the last reply
+        self.ending: list[BaseMessage] = []  # a stop: the last reply's answers, the message
         self.response: ModelResponse[ResponseT] | None = None
         self.changed = False  # the guard's snapshot changed
         self.again = True  # the model is to be called (again)
@@ -365,8 +400,7 @@ class _Turn(Generic[ResponseT]):
         if not self.again or self.calls_left <= 0:
             return None
         self.again, self.calls_left = False, self.calls_left - 1
-        self.answers = []
-        update = self.middleware._fail_open(self.middleware._record_results, self._state())
+        update = self._decide(self.middleware._record_results)
         if update is not None:
             self._add(update.pop("messages", []))
             self._snapshot(update)
@@ -376,44 +410,59 @@ class _Turn(Generic[ResponseT]):
         return self.request.override(messages=cast("list[AnyMessage]", messages))
 
     def take(self, response: ModelResponse[ResponseT]) -> None:
-        """Decide the model's reply; refused in full (and no stop), ask the model again."""
+        """Decide the model's reply.
+
+        Refused in full (and no stop): its refusals join the turn and the model is asked
+        again. Stopped: the answers and the stop end the turn. Refused in part: the tool
+        node answers the refused calls (`wrap_tool_call`).
+        """
         self.response = response
         self._add(response.result)
-        update = self.middleware._fail_open(self.middleware._check_response, self._state())
+        update = self._decide(self.middleware._check_response)
         if update is None:
             return
         answers: list[AnyMessage] = update.pop("messages", [])
-        self._add(answers)
-        self.answers = list(answers)
         self._snapshot(update)
+        if any(isinstance(answer, AIMessage) for answer in answers):
+            self.ending = list(answers)
+            return
         reply, _ = last_batch(response.result)
         refused = {a.tool_call_id for a in answers if isinstance(a, ToolMessage)}
-        self.again = (
+        if (
             reply is not None
-            and bool(reply.tool_calls)
+            and reply.tool_calls
             and all(call["id"] in refused for call in reply.tool_calls)
-            and not any(isinstance(a, AIMessage) for a in answers)  # no stop
             and response.structured_response is None
-        )
+        ):
+            self._add(answers)
+            self.again = True
 
     def outcome(self) -> ModelResponse[ResponseT] | ExtendedModelResponse[ResponseT]:
         """The model node's result: the turn's messages and the guard's new snapshot.
 
-        The guard's answers to the last reply travel in the command, which is applied
-        after the result: the result still ends with the model's last reply.
+        A stop travels in the command, applied after the result: the result still ends
+        with the model's last reply.
         """
         response = self.response
         if response is None:  # never reached: the model is always called once
             msg = "the model was not called"
             raise RuntimeError(msg)
-        body = self.added[: len(self.added) - len(self.answers)]
-        if not self.changed and body == response.result:
+        if not self.changed and self.added == response.result:
             return response
-        reply = ModelResponse(result=body, structured_response=response.structured_response)
+        reply = ModelResponse(result=self.added, structured_response=response.structured_response)
         update: dict[str, Any] = {"loop_guard": self.state.get("loop_guard")}
-        if self.answers:
-            update["messages"] = self.answers
+        if self.ending:
+            update["messages"] = self.ending
         return ExtendedModelResponse(model_response=reply, command=Command(update=update))
+
+    def _decide(
+        self, hook: Callable[[LoopGuardState[ResponseT], list[Decision]], dict[str, Any] | None]
+    ) -> dict[str, Any] | None:
+        """Run one of the guard's hooks on the turn's state; publish its decisions."""
+        state, decisions = self._state(), list[Decision]()
+        update = self.middleware._fail_open(hook, state, decisions)
+        self.middleware.guard.emit(_conversation(state), decisions)
+        return update
 
     def _state(self) -> LoopGuardState[ResponseT]:
         if any(isinstance(message, AIMessage) for message in self.added):

@@ -254,8 +254,10 @@ def _from_openai(rows: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
             pending.remove(match[0])
             status = "error" if row.get("is_error") else "success"
             messages.append(ToolMessage(content=text, tool_call_id=match[0][1], status=status))
-        elif role == "user":
-            messages.append(HumanMessage(content=text))
+        elif role == "user":  # its name tells the guard's own steer from a user's request
+            author = row.get("name")
+            author = author if isinstance(author, str) else None
+            messages.append(HumanMessage(content=text, name=author))
         elif role in ("system", "developer"):
             messages.append(SystemMessage(content=text))
         else:

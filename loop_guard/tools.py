@@ -7,7 +7,7 @@ import contextvars
 import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, final, overload
+from typing import Any, cast, final, overload
 
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -34,7 +34,7 @@ from loop_guard._langchain import (
     tool_message_of,
 )
 from loop_guard._values import Block, Call, LoopGuardAbort, Result, Stop
-from loop_guard.callbacks import announce, conversation_for
+from loop_guard.callbacks import announce, conversation_for, handler_for
 
 RUNTIME_ARG = "loop_guard_runtime"
 """The injected argument through which `ToolNode` hands a guarded tool the graph state."""
@@ -52,6 +52,7 @@ class _Decision:
     call: Call | None
     input: Any  # the input for the wrapped tool, without the guard's injected argument
     siblings: tuple[Call, ...] = ()  # the calls of the same response, in model order
+    handler: bool = False  # a `LoopGuardCallbackHandler` for this guard watches the run
 
 
 class GuardedTool(BaseTool):
@@ -66,7 +67,7 @@ class GuardedTool(BaseTool):
 
     inner: BaseTool
     guard: LoopGuard
-    deliver_steer: bool | None = None  # None: unless a `LoopGuardNode` delivers it
+    deliver_steer: bool | None = None  # None: unless a `LoopGuardNode` steers the conversation
     messages_key: str = "messages"
     runtime_arg: str = RUNTIME_ARG
     handle_tool_error: bool = True  # a block must never crash the run
@@ -154,6 +155,16 @@ class GuardedTool(BaseTool):
             self.guard, decision.conversation, decision.call, decision.siblings, produce
         )
 
+    def _steers_here(self, decision: _Decision) -> bool:
+        """Whether this tool delivers the steer, in its result: unless a `LoopGuardNode`
+        does. Without a node for this guard, it does; with one, it does only in a run the
+        handler watches (the pairing without a node) before a node served the
+        conversation."""
+        guard = self.guard
+        if not guard.node_attached:
+            return True
+        return decision.handler and not guard.has_node(cast("str", decision.conversation))
+
     @override
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         raise ToolException(_block_message.get())
@@ -213,7 +224,8 @@ class GuardedTool(BaseTool):
         if isinstance(verdict, Stop):
             raise LoopGuardAbort(verdict)
         refusal = verdict.message if isinstance(verdict, Block) else None
-        return _Decision(refusal, conversation, call, input, tuple(siblings))
+        handler = handler_for(self.guard, config) is not None
+        return _Decision(refusal, conversation, call, input, tuple(siblings), handler)
 
     def _call_from_args(self, call_id: str | None, args: Any) -> Call:
         """A call no AI message shows (a direct invocation): its args minus injected ones."""
@@ -243,7 +255,7 @@ class GuardedTool(BaseTool):
             self.guard.record_result(decision.conversation, decision.call, result)
             deliver = self.deliver_steer
             if deliver is None:
-                deliver = not self.guard.node_delivers_steer
+                deliver = self._steers_here(decision)
             if not deliver or tool_message_of(output) is None:
                 return output
             steer = self.guard.take_steer(decision.conversation)
@@ -303,7 +315,7 @@ def guard_tools(
         guard: The `LoopGuard` that decides.
         deliver_steer: Whether to append the steer message to the tool result that
             completes a streak (the model reads it there). By default it is, unless a
-            `LoopGuardNode` was built for this guard: the node then delivers it as a
+            `LoopGuardNode` serves the conversation: the node then delivers it as a
             message of its own.
         messages_key: The graph state key holding the messages (as
             `ToolNode(messages_key=...)`).
@@ -376,11 +388,15 @@ def _check_arguments(tools: object, guard: object) -> None:
         )
         raise TypeError(msg)
     for given in tools:
-        if not isinstance(given, (BaseTool, dict)) and not callable(given):
-            msg = (
-                "each tool must be a BaseTool, a function or a provider tool dict, got "
-                f"{type(given).__name__}: {given!r:.80}"
+        if isinstance(given, type) or (
+            not isinstance(given, (BaseTool, dict)) and not callable(given)
+        ):
+            got = (
+                f"the class {given.__name__} (pass an instance)"
+                if isinstance(given, type)
+                else f"{type(given).__name__}: {given!r:.80}"
             )
+            msg = f"each tool must be a BaseTool, a function or a provider tool dict, got {got}"
             raise TypeError(msg)
 
 

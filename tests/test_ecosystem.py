@@ -209,3 +209,65 @@ def test_the_stop_message_ends_a_graph_run_cleanly() -> None:
     messages = graph.invoke({"messages": [HumanMessage("go")]}, THREAD)["messages"]
     assert final_stop(messages) is not None
     assert_valid_history(messages)
+
+
+# Found in review ---------------------------------------------------------------------------
+
+
+def test_a_guard_shared_with_a_graph_still_steers_a_create_agent_through_its_tools() -> None:
+    """The node steers only the conversations it serves: the same guard's wrapped tools in
+    a `create_agent` (no node there) still carry the steer in the tool result."""
+    guard = LoopGuard()
+    design_card_graph(
+        ScriptedChatModel(script=obedient(READ_NOTES)), make_tools(ToolRuns()), guard
+    ).invoke(ask(), {"configurable": {"thread_id": "graph"}})
+    model = ScriptedChatModel(script=obedient(READ_NOTES))
+    agent = create_agent(model, guard_tools(make_tools(ToolRuns()), guard))
+    messages = agent.invoke(ask(), {"callbacks": [LoopGuardCallbackHandler(guard)]})["messages"]
+    results = [m for m in messages if isinstance(m, ToolMessage)]
+    assert "LOOP GUARD: you have called `read_file` 3 times" in str(results[2].content)
+    assert model.calls == 4  # steered away after the 3rd result
+
+
+def test_events_of_a_run_outside_langgraph_log_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    """A plain LangChain runnable with the handler: no custom stream there, and no error."""
+    from langchain_core.runnables import RunnableLambda
+
+    guard = LoopGuard(warn_threshold=2, block_threshold=3)
+    [tool_] = guard_tools([make_tools(ToolRuns())[1]], guard)
+
+    def twice(_: Any) -> None:
+        for n in range(2):
+            tool_.invoke({"type": "tool_call", "name": "list_dir", "id": f"c{n}",
+                          "args": {"path": "."}})  # fmt: skip
+
+    with caplog.at_level(logging.INFO, logger="loop_guard"):
+        RunnableLambda(twice).invoke(None, {"callbacks": [LoopGuardCallbackHandler(guard)]})
+    assert guard.stats.warnings == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_node_may_end_the_graph_as_its_next_node() -> None:
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
+    graph = design_card_graph(model, make_tools(ToolRuns()), LoopGuard(), next_node=END)
+    messages = graph.invoke(ask(), THREAD)["messages"]
+    assert model.calls == 1  # one tool step, then the end the graph asked for
+    assert_valid_history(messages)
+
+
+def test_a_subclass_of_the_handler_stops_quietly_too(caplog: pytest.LogCaptureFixture) -> None:
+    class Mine(LoopGuardCallbackHandler):
+        pass
+
+    guard = LoopGuard()
+    agent = create_agent(
+        ScriptedChatModel(script=stubborn(READ_NOTES)), guard_tools(make_tools(ToolRuns()), guard)
+    )
+    with caplog.at_level(logging.INFO), pytest.raises(LoopGuardAbort):
+        agent.invoke(ask(), {"callbacks": [Mine(guard)]})
+    assert "Error in Mine" not in caplog.text
+
+
+def test_a_tool_class_instead_of_a_tool_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="pass an instance"):
+        guard_tools([type(make_tools(ToolRuns())[0])], LoopGuard())

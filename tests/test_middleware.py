@@ -15,6 +15,7 @@ from langchain.agents.middleware import (
     ToolCallLimitMiddleware,
 )
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
@@ -36,6 +37,7 @@ from .agents import (
 )
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
+THREAD: Any = {"configurable": {"thread_id": "t"}}
 
 
 def build(script: Any, **guard_options: Any) -> tuple[Any, ScriptedChatModel, ToolRuns]:
@@ -388,3 +390,42 @@ def test_tool_messages_for_blocks_are_marked() -> None:
     for message in blocked(messages):
         assert isinstance(message, ToolMessage)
         assert message.response_metadata == {"loop_guard": "blocked"}
+
+
+@pytest.mark.parametrize("exit_behavior", ["continue", "end"])
+@pytest.mark.parametrize("order", ["guard-first", "limit-first"])
+def test_tool_call_limit_and_a_partly_refused_reply_answer_each_call_once(
+    order: str, exit_behavior: Any
+) -> None:
+    """`ToolCallLimitMiddleware` answers the calls over its limit after the model, without
+    looking for answers already there: the guard answers a refused call only when the
+    tool node reaches it, so no call is ever answered twice."""
+    from langchain.agents.middleware import ToolCallLimitMiddleware
+
+    @tool
+    def ls(path: str) -> str:
+        """List a directory."""
+        return "same"
+
+    @tool
+    def echo(n: int) -> str:
+        """Echo a number."""
+        return str(n)
+
+    def script(messages: Any, index: int) -> AIMessage:
+        if index >= 8:
+            return AIMessage("done")
+        return tool_calls_message(("echo", {"n": index}), ("ls", {"path": "/"}))
+
+    guard = LoopGuardMiddleware()
+    limit = ToolCallLimitMiddleware(tool_name="ls", run_limit=4, exit_behavior=exit_behavior)
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [ls, echo],
+        middleware=[guard, limit] if order == "guard-first" else [limit, guard],
+        checkpointer=InMemorySaver(),
+    )
+    messages = agent.invoke(ask(), THREAD)["messages"]
+    assert_valid_history(messages)
+    if exit_behavior == "continue":  # with "end", the limit ends the run at the 5th ls
+        assert any(m.response_metadata.get("loop_guard") == "blocked" for m in messages)

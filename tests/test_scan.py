@@ -304,3 +304,29 @@ def test_scan_names_the_same_error_detector_and_takes_its_threshold(
     [report] = json.loads(capsys.readouterr().out)
     first = report["findings"][0]
     assert (first["call"], first["kind"], first["reason"]) == (6, "warn", "same_error")
+
+
+def test_scan_with_the_guard_disabled_refuses_instead_of_reporting_clean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "loop.json"
+    path.write_text(json.dumps(openai_loop(8)))
+    monkeypatch.setenv("LOOP_GUARD_ENABLED", "false")
+    assert main(["scan", str(path)]) == 2
+    assert "disabled" in capsys.readouterr().err
+    assert main(["scan", "--enabled", str(path)]) == 1
+
+
+def test_scan_reads_the_guards_own_steer_in_openai_messages_as_no_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A guarded run exported as OpenAI messages: the steer (`role: user`, `name:
+    loop_guard`) does not start a request, so the stop is found as in the live run."""
+    messages = openai_loop(8)
+    steer = {"role": "user", "name": "loop_guard", "content": "LOOP GUARD: stop repeating"}
+    messages.insert(7, steer)  # after the 3rd result
+    path = tmp_path / "guarded.json"
+    path.write_text(json.dumps(messages))
+    assert main(["scan", "--json", str(path)]) == 1
+    [report] = json.loads(capsys.readouterr().out)
+    assert [f["kind"] for f in report["findings"]][-1] == "abort"
