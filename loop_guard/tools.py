@@ -334,7 +334,7 @@ def guard_tools(
         ...     '''Read a file.'''
         ...     return "File not found"
         >>> [guarded] = guard_tools([read_file], LoopGuard())
-        >>> guarded.name, guarded.tool_call_schema is read_file.tool_call_schema
+        >>> guarded.name, guarded.args == read_file.args
         ('read_file', True)
     """
     _check_arguments(tools, guard)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The dependency floors of pyproject.toml, kept true: the lowest versions they allow, each in a
+# fresh virtual environment outside the tree. uv installs every direct requirement at its floor
+# (--resolution lowest-direct) and the package's own requirements exactly at theirs (pins from
+# .ci/floors.py), so that a newer release of something else cannot lift one unseen.
+#   1. As a user installs it, `pip install "langchain-loop-guard[agents]"`: the demo runs.
+#   2. With every extra and the dev tools: the README's test command, the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+work="$(mktemp -d)"
+python3 -m venv "$work/uv"
+"$work/uv/bin/python" -m pip install --quiet uv
+
+lowest() { # lowest VENV EXTRA...: the package and these extras at their floors, in VENV
+    local venv="$1" extras
+    shift
+    extras="$(IFS=,; echo "$*")"
+    python3 -m venv "$venv"
+    python3 .ci/floors.py pins "$@" > "$venv/floors.txt"
+    echo "floors.sh: .[$extras] with" $(cat "$venv/floors.txt")
+    "$work/uv/bin/uv" pip install --quiet --python "$venv/bin/python" \
+        --resolution lowest-direct --constraint "$venv/floors.txt" -e ".[$extras]"
+}
+
+lowest "$work/user" agents
+(cd "$work" && "$work/user/bin/python" -m loop_guard demo > /dev/null)
+
+IFS=, read -r -a extras <<< "$(python3 .ci/floors.py extras)"
+lowest "$work/all" "${extras[@]}"
+"$work/all/bin/pytest"
+
+rm -rf "$work"
