@@ -27,7 +27,7 @@ from loop_guard import GUARD_NAME, GuardEvent, LoopGuardAbort, LoopGuardMiddlewa
 from loop_guard.deepagents import create_guarded_deep_agent
 from loop_guard.testing import ScriptedChatModel, tool_calls_message
 
-from .agents import assert_valid_history, blocked, final_stop, steers
+from .agents import assert_valid_history, blocked, current_request, final_stop, steers
 
 FIND = "Find out what /notes.md says."
 OTHER = "Find out what /todo.md says."
@@ -61,7 +61,7 @@ class Play:
             if role == "sub":
                 self.sub_histories.append(list(messages))
         if role == "main":
-            request = _current_request(messages)
+            request = current_request(messages)
             return self.main([m for m in request if isinstance(m, ToolMessage)])
         return self.sub(messages)
 
@@ -80,7 +80,7 @@ def delegate(*tasks: str, subagent: str = "general-purpose") -> Callable[..., AI
 
 def stubborn_sub(messages: Sequence[BaseMessage]) -> AIMessage:
     """A subagent that reads the missing file forever (up to CAP calls per run)."""
-    run = _current_request(messages)
+    run = current_request(messages)
     if sum(isinstance(m, AIMessage) for m in run) >= CAP:
         return AIMessage("Gave up.")
     return tool_calls_message(READ_NOTES)
@@ -89,14 +89,6 @@ def stubborn_sub(messages: Sequence[BaseMessage]) -> AIMessage:
 def answering_sub(messages: Sequence[BaseMessage]) -> AIMessage:
     """A subagent that answers at once, always the same."""
     return AIMessage("The notes file does not exist.")
-
-
-def _current_request(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, HumanMessage) and message.name != GUARD_NAME:
-            return list(messages[index:])
-    return list(messages)
 
 
 def ask(agent: Any, sync: bool, config: dict[str, Any], payload: Any = None) -> dict[str, Any]:
@@ -231,7 +223,7 @@ def test_the_main_agents_stop_does_not_follow_into_the_next_subagent_run() -> No
         return AIMessage(f"Report: {results[-1].content}")
 
     def sub(messages: Sequence[BaseMessage]) -> AIMessage:
-        run = _current_request(messages)
+        run = current_request(messages)
         if any(isinstance(m, ToolMessage) for m in run):
             return AIMessage("Read it: nothing there.")
         return tool_calls_message(READ_NOTES)
