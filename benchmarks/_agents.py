@@ -250,8 +250,8 @@ class TimedMiddleware(LoopGuardMiddleware):
     """`LoopGuardMiddleware` with a stopwatch on each hook's own code.
 
     `wrap_model_call` does its work through `_fail_open`, which is timed (not the model
-    call it wraps); `wrap_tool_call` only passes the call on unless `dedupe_siblings`
-    is set.
+    call it wraps); `wrap_tool_call` looks the call's verdict up (`_refusal`, timed) and
+    otherwise passes it on unless `dedupe_siblings` is set.
     """
 
     def before_agent(self, state: Any, runtime: Any) -> Any:
@@ -261,10 +261,17 @@ class TimedMiddleware(LoopGuardMiddleware):
         finally:
             _charge(start)
 
-    def _fail_open(self, hook: Any, state: Any) -> Any:
+    def _fail_open(self, *args: Any) -> Any:
         start = time.thread_time()
         try:
-            return super()._fail_open(hook, state)
+            return super()._fail_open(*args)
+        finally:
+            _charge(start)
+
+    def _refusal(self, request: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return super()._refusal(request)
         finally:
             _charge(start)
 
