@@ -38,7 +38,7 @@ from loop_guard._langchain import (
     stop_messages,
     thread_key,
 )
-from loop_guard._values import Block, Call, Decision, LoopGuardAbort
+from loop_guard._values import Block, Call, Decision, LoopGuardAbort, Proceed
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
@@ -261,26 +261,36 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     def _check_response(
         self, state: LoopGuardState[ResponseT], decisions: list[Decision]
     ) -> dict[str, Any] | None:
-        """Decide the last reply's calls; the refusals and the stop as messages."""
-        message, _ = last_batch(state["messages"])
+        """Decide the last reply's calls; the refusals and the stop as messages.
+
+        A call the reply answers itself (structured output: the agent answers an invalid
+        one with its own retry message) never reaches a tool. It counts like any call,
+        its answer being its result, so a model stuck on it is steered and stopped; but
+        it gets no second answer from the guard.
+        """
+        message, given = last_batch(state["messages"])
         if message is None or not message.tool_calls:
             return None
+        given_by_id = {a.tool_call_id: a for a in given if isinstance(a, ToolMessage)}
         engine = self.guard.engine
         snapshot = RequestState.from_dict(state.get("loop_guard"))
         calls = [call_of(tool_call) for tool_call in message.tool_calls]
         snapshot, verdicts, decided = engine.check_batch(snapshot, calls)
         decisions.extend(decided)
-        answers: list[AnyMessage] = [
-            block_message(call.id, call.tool, verdict.message)
-            for call, verdict in zip(calls, verdicts, strict=True)
-            if isinstance(verdict, Block)
-        ]
+        answers: list[AnyMessage] = []
+        for call, verdict in zip(calls, verdicts, strict=True):
+            answer = given_by_id.get(call.id)
+            if answer is not None and isinstance(verdict, Proceed):
+                result = result_of(answer, engine.config.normalizers(call.tool))
+                snapshot, decided = engine.record_result(snapshot, call, result)
+                decisions.extend(decided)
+            elif answer is None and isinstance(verdict, Block):
+                answers.append(block_message(call.id, call.tool, verdict.message))
         update: dict[str, Any] = {"loop_guard": snapshot.to_dict()}
         stop = engine.stop_of(snapshot)
         if stop is not None:
-            answered = {
-                answer.tool_call_id for answer in answers if isinstance(answer, ToolMessage)
-            }
+            answered = {a.tool_call_id for a in answers if isinstance(a, ToolMessage)}
+            answered |= set(given_by_id)
             answers.extend(stop_messages(message, answered, stop))  # ends with the stop
         if answers:
             update["messages"] = answers
@@ -289,23 +299,25 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     def _record_results(
         self, state: LoopGuardState[ResponseT], decisions: list[Decision]
     ) -> dict[str, Any] | None:
-        """Record the last batch's results; a due steer as a message."""
+        """Record the last batch's results; a due steer as a message (also one due from
+        calls the reply answered itself, recorded when it was decided)."""
         snapshot = RequestState.from_dict(state.get("loop_guard"))
         awaiting = {call.id for call in snapshot.awaiting}
         message, answers = last_batch(state["messages"])
-        if not awaiting or message is None:
+        if (not awaiting or message is None) and not snapshot.steer_pending:
             return None
-        # Rebuilt from the AI message, not the snapshot: the snapshot keeps no args.
-        calls = {c["id"]: call_of(c) for c in message.tool_calls if c["id"] in awaiting}
         engine = self.guard.engine
-        for answer in answers:
-            call = calls.get(answer.tool_call_id)
-            if call is not None:
-                result = result_of(answer, engine.config.normalizers(call.tool))
-                snapshot, decided = engine.record_result(snapshot, call, result)
-                decisions.extend(decided)
-        snapshot, decided = engine.settle(snapshot)
-        decisions.extend(decided)
+        if awaiting and message is not None:
+            # Rebuilt from the AI message, not the snapshot: the snapshot keeps no args.
+            calls = {c["id"]: call_of(c) for c in message.tool_calls if c["id"] in awaiting}
+            for answer in answers:
+                call = calls.get(answer.tool_call_id)
+                if call is not None:
+                    result = result_of(answer, engine.config.normalizers(call.tool))
+                    snapshot, decided = engine.record_result(snapshot, call, result)
+                    decisions.extend(decided)
+            snapshot, decided = engine.settle(snapshot)
+            decisions.extend(decided)
         snapshot, steer = engine.take_steer(snapshot)
         update: dict[str, Any] = {"loop_guard": snapshot.to_dict()}
         if steer is not None:

@@ -435,3 +435,51 @@ def test_tool_call_limit_and_a_partly_refused_reply_answer_each_call_once(
     assert_valid_history(messages)
     if exit_behavior == "continue":  # with "end", the limit ends the run at the 5th ls
         assert any(m.response_metadata.get("loop_guard") == "blocked" for m in messages)
+
+
+def test_a_repeated_invalid_structured_answer_is_steered_and_stopped_with_one_answer_each() -> None:
+    """`ToolStrategy` answers an invalid structured call itself: the guard counts it (the
+    agent's answer is its result), steers and stops the stuck model, and never answers it
+    a second time."""
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        value: int
+
+    model = ScriptedChatModel(
+        script=lambda messages, index: tool_calls_message(("Answer", {"value": "not-an-int"}))
+    )
+    agent = create_agent(
+        model,
+        make_tools(ToolRuns()),
+        response_format=ToolStrategy(Answer),
+        middleware=[LoopGuardMiddleware()],
+        checkpointer=InMemorySaver(),
+    )
+    messages = agent.invoke(ask(), {**THREAD, "recursion_limit": 60})["messages"]
+    assert_valid_history(messages)
+    assert len(steers(messages)) == 1
+    assert final_stop(messages) is not None
+    assert model.calls == 7
+
+
+def test_a_valid_structured_answer_is_left_alone() -> None:
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        value: int
+
+    model = ScriptedChatModel(
+        script=lambda messages, index: tool_calls_message(("Answer", {"value": 42}))
+    )
+    agent = create_agent(
+        model,
+        make_tools(ToolRuns()),
+        response_format=ToolStrategy(Answer),
+        middleware=[LoopGuardMiddleware()],
+    )
+    result = agent.invoke(ask())
+    assert result["structured_response"] == Answer(value=42)
+    assert model.calls == 1
