@@ -97,6 +97,10 @@ def result_of(output: Any, normalizers: Sequence[Normalizer] = ()) -> Result:
         if isinstance(recorded, str):  # a steered result: what the tool itself returned
             return Result(fingerprint=recorded, is_error=is_error)
         content = output.content
+        if isinstance(content, str) and output.tool_call_id and output.tool_call_id in content:
+            # The id the model gave the call is no part of what happened: an answer that
+            # quotes it (a human's rejection does) is the same answer for every call.
+            content = content.replace(output.tool_call_id, "<tool_call_id>")
         available = _available_tools(content) if is_error else None
         return Result.of(
             _normalized(content, normalizers), is_error=is_error, available_tools=available

@@ -252,3 +252,27 @@ def test_a_wrapping_middleware_sees_the_reply_last() -> None:
     assert len(blocked(messages)) == 3
     assert final_stop(messages) is not None
     assert_valid_history(messages)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_call_the_human_keeps_rejecting_is_steered_and_stopped(order: Order) -> None:
+    """Each rejection quotes the call's own id: the guard sees the same answer every time,
+    so a model that keeps asking for a rejected call is steered and stopped (before: asked
+    forever, never steered)."""
+    agent, model, runs = build(stubborn(READ_NOTES), order)
+    config: dict[str, Any] = {"configurable": {"thread_id": "t1"}}
+    result = agent.invoke(ask(), config)
+    asked = 0
+    assert model.calls == 1
+    while result.get("__interrupt__"):
+        asked += 1
+        assert asked < 30, "the human is asked forever"
+        (only,) = result["__interrupt__"]
+        rejections = [{"type": "reject"}] * len(only.value["action_requests"])
+        result = agent.invoke(Command(resume={"decisions": rejections}), config)
+    messages = list(result["messages"])
+    assert_valid_history(messages)
+    assert runs.counts["read_file"] == 0
+    assert asked == 4
+    assert len(steers(messages)) == 1
+    assert final_stop(messages) is not None
