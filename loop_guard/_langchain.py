@@ -208,8 +208,13 @@ def current_request(messages: Sequence[BaseMessage]) -> tuple[str | None, Sequen
 
 
 def is_user_message(message: BaseMessage) -> bool:
-    """Whether a message starts a request: a user's, not one the guard inserted."""
-    return isinstance(message, HumanMessage) and message.name != GUARD_NAME
+    """Whether a message starts a request: a user's, not one the guard inserted, nor a
+    summary of the conversation another middleware wrote in the user's place."""
+    return (
+        isinstance(message, HumanMessage)
+        and message.name != GUARD_NAME
+        and message.additional_kwargs.get("lc_source") != "summarization"
+    )
 
 
 def thread_key(config: RunnableConfig | None) -> str | None:

@@ -410,3 +410,41 @@ def test_a_wide_batch_is_fingerprinted_in_linear_time(monkeypatch: pytest.Monkey
     graph.invoke(ask(), {**THREAD, "max_concurrency": 1})  # siblings one after another
     assert runs.counts == {"read_file": width}
     assert counted <= 4 * width  # the response once per reader (rebuild, wrapper, node), + 1 each
+
+
+@pytest.mark.parametrize("face", ["middleware", "wrapper+handler"])
+def test_a_summary_another_middleware_writes_is_not_a_new_request(face: str) -> None:
+    """`SummarizationMiddleware` replaces old messages with a summary `HumanMessage`
+    (`lc_source: summarization`): the request goes on, so the loop is still stopped
+    (before, through the handler: every summary restarted the streak, 26 runs and 24 steers
+    to the recursion limit)."""
+    from langchain.agents.middleware import SummarizationMiddleware
+
+    from loop_guard import LoopGuardMiddleware
+
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
+    summarizer = ScriptedChatModel(script=lambda messages, index: AIMessage("It reads notes.md."))
+    summarize = SummarizationMiddleware(
+        model=summarizer, trigger=("messages", 6), keep=("messages", 3)
+    )
+    config: Any = {**THREAD, "recursion_limit": 80}
+    if face == "middleware":
+        agent = create_agent(
+            model,
+            make_tools(runs),
+            middleware=[summarize, LoopGuardMiddleware()],
+            checkpointer=InMemorySaver(),
+        )
+        messages = agent.invoke(ask(), config)["messages"]
+        assert final_stop(messages) is not None
+    else:
+        guard = LoopGuard()
+        agent = create_agent(
+            model, guard_tools(make_tools(runs), guard), middleware=[summarize],
+            checkpointer=InMemorySaver(),
+        )  # fmt: skip
+        with pytest.raises(LoopGuardAbort):
+            agent.invoke(ask(), {**config, "callbacks": [LoopGuardCallbackHandler(guard)]})
+        assert guard.stats.warnings == 1
+    assert runs.counts["read_file"] == 4
