@@ -189,6 +189,8 @@ class LoopGuard:
         self._counts: Counter[tuple[str, str]] = Counter()  # (tool, counter) -> n
         self.siblings = SharedRuns()  # identical siblings share one run (`dedupe_siblings`)
         self._node_served: set[str] = set()  # conversations a `LoopGuardNode` steers
+        # Per conversation: the turn last published and what it published (`emit_once`).
+        self._published: OrderedDict[str, tuple[object, set[object]]] = OrderedDict()
         self.node_attached = False  # set by `LoopGuardNode`: a graph node steers for it
 
     @property
@@ -263,6 +265,7 @@ class LoopGuard:
             self._states.pop(conversation, None)
             self._seen.pop(conversation, None)
             self._node_served.discard(conversation)
+            self._published.pop(conversation, None)
 
     def note_node(self, conversation: str) -> None:
         """A graph node delivers this conversation's steers as messages of their own."""
@@ -350,6 +353,29 @@ class LoopGuard:
             level = logging.INFO if event.kind in ("warn", "block") else logging.WARNING
             self._publish(event, level)
 
+    def emit_once(self, conversation: str, turn: object, decisions: Iterable[Decision]) -> None:
+        """`emit`, without what this conversation's `turn` published already.
+
+        For adapters whose hooks other middleware may run again with the same input
+        (a model call retried, or handed to a fallback model): the decisions they reach
+        again are published, and counted, once (SPEC §5). `turn` names the point of the
+        request the decisions were reached at (its request and counted steps).
+        """
+        fresh = []
+        with self._lock:
+            published_turn, published = self._published.pop(conversation, (None, set()))
+            if published_turn != turn:
+                published = set()
+            for decision in decisions:
+                key = _once_key(decision)
+                if key not in published:
+                    published.add(key)
+                    fresh.append(decision)
+            self._published[conversation] = (turn, published)
+            while len(self._published) > self.max_conversations:
+                self._published.popitem(last=False)
+        self.emit(conversation, fresh)
+
     def report_fault(self, conversation: str | None, error: BaseException) -> None:
         """The guard failed on an event: the agent goes on unguarded for that event.
 
@@ -400,3 +426,18 @@ class LoopGuard:
             forgotten, _ = self._states.popitem(last=False)
             self._seen.pop(forgotten, None)
             self._node_served.discard(forgotten)
+
+
+def _once_key(decision: Decision) -> object:
+    """What makes a decision the same decision when a turn is run again: a refusal, a
+    steer or a stop by what it says (a retried model may give its calls new ids); a call
+    let through by its id."""
+    match decision:
+        case Proceed():
+            return ("proceed", decision.call.id)
+        case Block():
+            return ("block", decision.call.tool, decision.blocks, decision.message)
+        case Steer():
+            return ("steer", decision.call.tool, decision.message)
+        case Stop():
+            return ("stop", decision.kind, decision.message)

@@ -197,8 +197,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     ) -> dict[str, Any] | None:
         """With `exit_behavior="error"`, raise `LoopGuardAbort` once the run has ended.
 
-        Raised here, after the history was completed, so the thread stays valid.
+        Raised here, after the history was completed, so the thread stays valid. The
+        run's memory of published events (`LoopGuard.emit_once`) is released.
         """
+        self.guard.end_request(_conversation(state))
         if self.exit_behavior == "error":
             stop = self.guard.engine.stop_of(RequestState.from_dict(state.get("loop_guard")))
             if stop is not None:
@@ -470,10 +472,13 @@ class _Turn(Generic[ResponseT]):
     def _decide(
         self, hook: Callable[[LoopGuardState[ResponseT], list[Decision]], dict[str, Any] | None]
     ) -> dict[str, Any] | None:
-        """Run one of the guard's hooks on the turn's state; publish its decisions."""
+        """Run one of the guard's hooks on the turn's state; publish its decisions, once
+        even when a middleware around this one runs the model call again."""
         state, decisions = self._state(), list[Decision]()
         update = self.middleware._fail_open(hook, state, decisions)
-        self.middleware.guard.emit(_conversation(state), decisions)
+        snapshot = (update or {}).get("loop_guard") or state.get("loop_guard") or {}
+        turn = (snapshot.get("request_id"), snapshot.get("counted"))
+        self.middleware.guard.emit_once(_conversation(state), turn, decisions)
         return update
 
     def _state(self) -> LoopGuardState[ResponseT]:

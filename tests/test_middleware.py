@@ -483,3 +483,68 @@ def test_a_valid_structured_answer_is_left_alone() -> None:
     result = agent.invoke(ask())
     assert result["structured_response"] == Answer(value=42)
     assert model.calls == 1
+
+
+def _flaky(script: Any, fail_when: Any) -> Any:
+    """A script whose model fails once, the first time `fail_when(messages)` holds."""
+    failed: list[bool] = []
+
+    def flaky(messages: Any, index: int) -> AIMessage:
+        if fail_when(messages) and not failed:
+            failed.append(True)
+            raise ConnectionError("transient")
+        return script(messages, index)
+
+    return flaky
+
+
+@pytest.mark.parametrize("wrapper", ["retry", "fallback"])
+def test_a_model_call_run_again_by_other_middleware_publishes_each_decision_once(
+    wrapper: str,
+) -> None:
+    """`ModelRetryMiddleware` or `ModelFallbackMiddleware` listed before the guard runs its
+    `wrap_model_call` again after a failure: the steer decided on the first attempt is
+    decided again, and published once (SPEC §5). Before: `stats.warnings == 2`."""
+    from langchain.agents.middleware import ModelFallbackMiddleware, ModelRetryMiddleware
+
+    events: list[GuardEvent] = []
+    guard = LoopGuardMiddleware(on_event=events.append)
+    steered = lambda messages: any(m.name == "loop_guard" for m in messages)  # noqa: E731
+    model = ScriptedChatModel(script=_flaky(obedient(READ_NOTES), steered))
+    again: Any = (
+        ModelRetryMiddleware(max_retries=2, initial_delay=0, jitter=False)
+        if wrapper == "retry"
+        else ModelFallbackMiddleware(ScriptedChatModel(script=obedient(READ_NOTES)))
+    )
+    agent = create_agent(
+        model, make_tools(ToolRuns()), middleware=[again, guard], checkpointer=InMemorySaver()
+    )
+    messages = agent.invoke(ask(), THREAD)["messages"]
+    assert_valid_history(messages)
+    assert len(steers(messages)) == 1
+    assert [e.kind for e in events] == ["warn"]
+    assert guard.guard.stats.warnings == 1
+
+
+def test_a_failed_re_ask_retried_counts_its_block_once() -> None:
+    """A reply refused in full is answered and the model asked again within the turn; if
+    that call fails and the turn is retried, the refusal is decided again: one event, one
+    block counted, as in the history."""
+    from langchain.agents.middleware import ModelRetryMiddleware
+
+    events: list[GuardEvent] = []
+    guard = LoopGuardMiddleware(on_event=events.append)
+    blocked_once = lambda messages: any(  # noqa: E731
+        isinstance(m, ToolMessage) and m.response_metadata.get("loop_guard") == "blocked"
+        for m in messages
+    )
+    model = ScriptedChatModel(script=_flaky(stubborn(READ_NOTES), blocked_once))
+    retry = ModelRetryMiddleware(max_retries=2, initial_delay=0, jitter=False)
+    agent = create_agent(
+        model, make_tools(ToolRuns()), middleware=[retry, guard], checkpointer=InMemorySaver()
+    )
+    messages = agent.invoke(ask(), THREAD)["messages"]
+    assert_valid_history(messages)
+    assert len(blocked(messages)) == 3
+    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert guard.guard.stats.blocks == 3
