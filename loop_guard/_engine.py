@@ -61,7 +61,7 @@ class _Steered(NamedTuple):
     level: int  # the streak a return resumes from; 0: a return must not resume a streak
     again: bool  # steered a second time already, on a return
     seen: int  # identical runs so far in this request, toward the backstop
-    limit: int  # the run that is refused: the backstop threshold in force for it
+    limit: int  # the run that is refused, when not the tool's backstop (0): a cycle's
 
 
 class _Failing(NamedTuple):
@@ -591,8 +591,7 @@ class Engine:
             if record.tool not in broken or any(e.step == folded for e in steered):
                 continue
             warn = self.config.thresholds(record.tool)[0]
-            limit = self.config.backstop(record.tool)
-            steered = _remember(steered, folded, warn, again=False, seen=record.calls, limit=limit)
+            steered = _remember(steered, folded, warn, again=False, seen=record.calls)
             if steer is None:  # one steer per batch: a later return is steered again
                 call = next(e.call for e in reversed(ran) if e.call.tool == record.tool)
                 text = _messages.same_error_steer_text(record.tool)
@@ -669,13 +668,10 @@ class Engine:
             else:
                 text = _messages.steer_text(step.tool, state.streak)
                 steer = Steer(call=call, message=text, streak=state.streak)
-            # A broken tool's runs are its failing calls, whatever their args.
-            seen = next((r.calls for r in state.failing if r.tool == step.tool), 0)
-            seen = seen if step.args == _SAME_ERROR_ARGS else state.streak
-            limit = config.backstop(step.tool)
-            steered = _remember(
-                state.steered, step, state.streak, again=False, seen=seen, limit=limit
-            )
+            seen = state.streak
+            if step.args == _SAME_ERROR_ARGS:  # its runs: the failing calls, whatever args
+                seen = next((r.calls for r in state.failing if r.tool == step.tool), seen)
+            steered = _remember(state.steered, step, state.streak, again=False, seen=seen)
             changes.update(warned=True, steered=steered)
         elif returned and not any(e.step == step and e.again for e in state.steered):
             if step.args == _SAME_ERROR_ARGS:
@@ -714,10 +710,7 @@ class Engine:
                 # Level 0: a return does not resume a streak; the backstop bounds it,
                 # counting the runs of this request only (the window outlives it).
                 seen = window[-state.counted :].count(step)
-                limit = config.backstop(step.tool)
-                changes["steered"] = _remember(
-                    state.steered, step, 0, again=True, seen=seen, limit=limit
-                )
+                changes["steered"] = _remember(state.steered, step, 0, again=True, seen=seen)
         if steer is not None:
             changes["steer"] = steer
         return (_evolve(state, **changes) if changes else state), steer

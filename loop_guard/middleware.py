@@ -163,16 +163,18 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
 
         - A due steer is written into the history just before the model's reply,
             where the model saw it.
-        - Refused calls get their error `ToolMessage` right after the reply.
-        - When every call of the reply was refused, the model is asked again at once
-            (its refusals in view), so no other middleware ever acts on a reply that
-            has nothing left to run.
-        - A stop ends the reply with the guard's final `AIMessage`: the run ends there.
+        - When every call of the reply was refused, the refusals join the history
+            and the model is asked again at once, so no other middleware ever acts on
+            a reply that has nothing left to run.
+        - A reply refused in part keeps its refused calls for the tool node, which
+            answers them without running them (`wrap_tool_call`).
+        - A stop answers the reply's calls and ends with the guard's final
+            `AIMessage`: the run ends there.
 
         What a middleware wrapping this one gets: `result` ends with the model's last
         reply, after the due steer (and the earlier replies and refusals, when the
-        model was asked again); the refusals of the last reply, and the stop, follow it
-        in the history through the `Command` of an `ExtendedModelResponse`.
+        model was asked again); a stop follows it in the history through the
+        `Command` of an `ExtendedModelResponse`.
         """
         turn = _Turn(self, request)
         while (model_request := turn.next_request()) is not None:
@@ -283,9 +285,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         for call, verdict in zip(calls, verdicts, strict=True):
             answer = given_by_id.get(call.id)
             if answer is not None and isinstance(verdict, Proceed):
-                result = result_of(answer, engine.config.normalizers(call.tool))
-                snapshot, decided = engine.record_result(snapshot, call, result)
-                decisions.extend(decided)
+                snapshot = self._recorded(snapshot, call, answer, decisions)
             elif answer is None and isinstance(verdict, Block):
                 answers.append(block_message(call.id, call.tool, verdict.message))
         update: dict[str, Any] = {"loop_guard": snapshot.to_dict()}
@@ -315,9 +315,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             for answer in answers:
                 call = calls.get(answer.tool_call_id)
                 if call is not None:
-                    result = result_of(answer, engine.config.normalizers(call.tool))
-                    snapshot, decided = engine.record_result(snapshot, call, result)
-                    decisions.extend(decided)
+                    snapshot = self._recorded(snapshot, call, answer, decisions)
             snapshot, decided = engine.settle(snapshot)
             decisions.extend(decided)
         snapshot, steer = engine.take_steer(snapshot)
@@ -340,6 +338,16 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         except Exception as error:  # a fault of the guard: this call runs unshared
             self.guard.report_fault(None, error)
             return None
+
+    def _recorded(
+        self, snapshot: RequestState, call: Call, answer: ToolMessage, decisions: list[Decision]
+    ) -> RequestState:
+        """`snapshot` with `answer` recorded as `call`'s result; its decisions noted."""
+        engine = self.guard.engine
+        result = result_of(answer, engine.config.normalizers(call.tool))
+        snapshot, decided = engine.record_result(snapshot, call, result)
+        decisions.extend(decided)
+        return snapshot
 
     def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
         """The answer of a call the guard refused when it decided the reply, if refused.
