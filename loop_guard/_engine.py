@@ -256,7 +256,7 @@ class Engine:
         """
         if not self.config.enabled or state.stopped is not None:
             return state, ()
-        fresh = [c for c in calls if _find(state, c.id) is None and _settled(state, c.id) is None]
+        fresh = [c for c in calls if _find(state, c.key) is None and _settled(state, c.key) is None]
         if not fresh:
             return state, ()
         state, decisions = self._settle(state)
@@ -277,12 +277,12 @@ class Engine:
         config = self.config
         if not config.enabled:
             return state, Proceed(call=call), ()
-        settled = _settled(state, call.id)
+        settled = _settled(state, call.key)
         if settled is not None:  # a sibling asking after its batch was settled
             if settled.block is not None:
                 return state, settled.block, ()
             return state, Proceed(call=call), ()
-        entry = _find(state, call.id)
+        entry = _find(state, call.key)
         if state.stopped is not None:
             if entry is None:
                 return state, self._stop(state, call), ()
@@ -342,9 +342,9 @@ class Engine:
         Recording the same call twice has no effect, so adapters may overlap.
         """
         config = self.config
-        if not config.enabled or _settled(state, call.id) is not None:
+        if not config.enabled or _settled(state, call.key) is not None:
             return state, ()
-        entry = _find(state, call.id)
+        entry = _find(state, call.key)
         if entry is not None and entry.outcome not in _UNANSWERED:
             return state, ()
         state, decisions = self._admit(state, call)
@@ -357,7 +357,9 @@ class Engine:
                 else (*state.unknown, call.tool),
                 available=result.available_tools,
             )
-            call = Call(tool=call.tool, fingerprint=_UNKNOWN_ARGS, args=call.args, id=call.id)
+            call = Call(
+                tool=call.tool, fingerprint=_UNKNOWN_ARGS, args=call.args, id=call.id, key=call.key
+            )
         elif call.tool in state.unknown:  # it exists after all (tools can be added)
             state = _evolve(state, unknown=tuple(t for t in state.unknown if t != call.tool))
         ignored = config.ignores(call.tool, is_error=result.is_error)
@@ -374,15 +376,19 @@ class Engine:
             return state, ()
         return self._settle(state)
 
-    def decided(self, state: RequestState, call_ids: Sequence[str | None]) -> bool:
-        """Whether every one of these calls was checked already in this batch or the last."""
-        for call_id in call_ids:
-            if call_id is None:
-                return False
-            entry = _find(state, call_id) or _settled(state, call_id)
+    def decided(self, state: RequestState, keys: Sequence[str]) -> bool:
+        """Whether every one of these calls (by `Call.key`) was checked already in this
+        batch or the last."""
+        for key in keys:
+            entry = _find(state, key) or _settled(state, key)
             if entry is None or entry.outcome is None:
                 return False
         return True
+
+    def declared(self, state: RequestState, key: str) -> bool:
+        """Whether the call with this `Call.key` belongs to the open batch or the last
+        settled one: the state has seen its response."""
+        return _find(state, key) is not None or _settled(state, key) is not None
 
     def take_steer(self, state: RequestState) -> tuple[RequestState, Steer | None]:
         """Claim the pending steer for delivery; later claims get `None` (once per streak)."""
@@ -457,7 +463,7 @@ class Engine:
         """Make room for a call that no response declared: it joins an open undeclared
         batch, or starts a new one (a serial call) once the previous batch is settled.
         `_answered` then adds it to the batch."""
-        if _find(state, call.id) is not None:
+        if _find(state, call.key) is not None:
             return state, ()
         if state.batch_explicit or _complete(state.batch):
             return self._settle(state)
@@ -530,7 +536,7 @@ class Engine:
         config = self.config
         # Late siblings only need ids and outcomes: the args are not kept alive.
         settled = tuple(
-            e._replace(call=Call(tool=e.call.tool, fingerprint=e.call.fingerprint, id=e.call.id))
+            e._replace(call=Call(tool=e.call.tool, fingerprint=e.call.fingerprint, key=e.call.key))
             if e.call.args is not None
             else e
             for e in entries
@@ -744,9 +750,9 @@ class Engine:
         return Stop(kind=kind, call=call, message=message, streak=state.streak, blocks=state.blocks)
 
 
-def _find(state: RequestState, call_id: str) -> _Entry | None:
+def _find(state: RequestState, key: str) -> _Entry | None:
     for entry in state.batch:
-        if entry.call.id == call_id:
+        if entry.call.key == key:
             return entry
     return None
 
@@ -784,16 +790,16 @@ def _evolve(state: RequestState, **changes: Any) -> RequestState:
     return clone
 
 
-def _settled(state: RequestState, call_id: str) -> _Entry | None:
+def _settled(state: RequestState, key: str) -> _Entry | None:
     for entry in state.settled:
-        if entry.call.id == call_id:
+        if entry.call.key == key:
             return entry
     return None
 
 
 def _entries_to_json(entries: tuple[_Entry, ...]) -> list[list[Any]]:
     return [
-        [e.call.id, e.call.tool, e.call.fingerprint, e.outcome]
+        [e.call.key, e.call.tool, e.call.fingerprint, e.outcome]
         + (
             []
             if e.block is None
@@ -805,8 +811,8 @@ def _entries_to_json(entries: tuple[_Entry, ...]) -> list[list[Any]]:
 
 def _entries_from_json(rows: Any) -> tuple[_Entry, ...]:
     entries = []
-    for call_id, tool, fingerprint, outcome, *refusal in rows:
-        call = Call(id=call_id, tool=tool, fingerprint=fingerprint)
+    for key, tool, fingerprint, outcome, *refusal in rows:
+        call = Call(key=key, tool=tool, fingerprint=fingerprint)
         block = None
         if refusal:
             message, reason, streak, blocks = refusal
@@ -894,7 +900,7 @@ def _answered(
 ) -> tuple[_Entry, ...]:
     """The batch with `call`'s outcome set; a call not in it yet joins it at the end."""
     for index, entry in enumerate(batch):
-        if entry.call.id == call.id:
+        if entry.call.key == call.key:
             # The recorded call replaces the declared one: it carries the real args.
             kept = call if call.args is not None else entry.call
             return (*batch[:index], _Entry(kept, outcome, block), *batch[index + 1 :])

@@ -304,10 +304,10 @@ class LoopGuard:
         self.emit(conversation, decisions)
         return verdicts
 
-    def decided(self, conversation: str, call_ids: Sequence[str | None]) -> bool:
-        """Whether every one of these calls has its verdict already (by id)."""
+    def decided(self, conversation: str, keys: Sequence[str]) -> bool:
+        """Whether every one of these calls has its verdict already (by `Call.key`)."""
         with self._lock:
-            return self.engine.decided(self._state(conversation), call_ids)
+            return self.engine.decided(self._state(conversation), keys)
 
     def record_result(self, conversation: str, call: Call, result: Result) -> None:
         """Record a call's result; recording the same call twice has no effect."""
@@ -434,7 +434,7 @@ def _once_key(decision: Decision) -> object:
     let through by its id."""
     match decision:
         case Proceed():
-            return ("proceed", decision.call.id)
+            return ("proceed", decision.call.key)
         case Block():
             return ("block", decision.call.tool, decision.blocks, decision.message)
         case Steer():

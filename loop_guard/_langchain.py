@@ -7,11 +7,12 @@ and a request the same way.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import wait as wait_futures
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.callbacks.manager import dispatch_custom_event
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
@@ -80,8 +81,61 @@ def event_payload(event: GuardEvent) -> dict[str, Any]:
 
 
 def call_of(tool_call: ToolCall) -> Call:
-    """The engine's `Call` for a model's tool call."""
+    """The engine's `Call` for a tool call seen on its own, outside its model response."""
     return Call.of(tool_call["name"], tool_call.get("args", {}), id=tool_call.get("id"))
+
+
+def calls_of(message: AIMessage) -> list[Call]:
+    """The engine's calls for a model response, in the model's order (see `call_at`)."""
+    return [call_at(message, position) for position in range(len(message.tool_calls))]
+
+
+def call_at(message: AIMessage, position: int) -> Call:
+    """The engine's call for the tool call at `position` in a model response.
+
+    It is keyed by the response's id and its position in it, never by its tool-call id
+    alone: some providers give every turn's call the same id (`call_0`, or none). A
+    response without an id (outside any graph) keys its calls by their ids.
+    """
+    tool_call = message.tool_calls[position]
+    return Call.of(
+        tool_call["name"],
+        tool_call.get("args", {}),
+        id=tool_call.get("id") or "",
+        key=f"{message.id}#{position}" if message.id else None,
+    )
+
+
+def keys_of(message: AIMessage) -> list[str]:
+    """The `Call.key`s of a model response's calls, without fingerprinting their args."""
+    if message.id:
+        return [f"{message.id}#{position}" for position in range(len(message.tool_calls))]
+    return [call.key for call in calls_of(message)]
+
+
+def position_of(message: AIMessage, tool_call_id: str | None, name: str) -> int | None:
+    """Where the tool call with this id and tool name sits in a model response."""
+    for position, tool_call in enumerate(message.tool_calls):
+        if (tool_call.get("id") or "") == (tool_call_id or "") and tool_call["name"] == name:
+            return position
+    return None
+
+
+def answers_to(calls: Sequence[Call], answers: Sequence[BaseMessage]) -> list[ToolMessage | None]:
+    """Each call's answer among the tool messages that follow its response, or `None`.
+
+    Paired by tool-call id, in order: a provider may repeat one id within a response,
+    and the tool node answers its calls in their order.
+    """
+    waiting: dict[str, list[ToolMessage]] = {}
+    for answer in answers:
+        if isinstance(answer, ToolMessage):
+            waiting.setdefault(answer.tool_call_id, []).append(answer)
+    found: list[ToolMessage | None] = []
+    for call in calls:
+        queue = waiting.get(call.id)
+        found.append(queue.pop(0) if queue else None)
+    return found
 
 
 def result_of(output: Any, normalizers: Sequence[Normalizer] = ()) -> Result:
@@ -277,14 +331,33 @@ def replay(
     is the conversation's state before this request: its recent steps carry over.
     """
     state = engine.start_request(before, request_id)
-    answers = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
-    for index, message in enumerate(messages):
-        if not isinstance(message, AIMessage) or not message.tool_calls:
-            continue
-        calls = [call_of(tool_call) for tool_call in message.tool_calls]
+    return catch_up(engine, state, messages, observe)
+
+
+def catch_up(
+    engine: Engine,
+    state: RequestState,
+    messages: Sequence[BaseMessage],
+    observe: Observer | None = None,
+) -> RequestState:
+    """`state` after the batches of `messages`, as if the guard had watched them live.
+
+    Batches the state holds already change nothing (every transition is idempotent),
+    so a state may catch up on a history that overlaps what it saw.
+    """
+    responses = [
+        index
+        for index, message in enumerate(messages)
+        if isinstance(message, AIMessage) and message.tool_calls
+    ]
+    for number, index in enumerate(responses):
+        message = cast("AIMessage", messages[index])
+        end = responses[number + 1] if number + 1 < len(responses) else len(messages)
+        later = messages[index + 1 : end]
+        calls = calls_of(message)
+        answers = answers_to(calls, later)
         state, decisions = engine.open_batch(state, calls)
-        for call in calls:
-            answer = answers.get(call.id)
+        for call, answer in zip(calls, answers, strict=True):
             if answer is None:
                 continue  # still running: the live adapter checks it
             state, verdict, checked = engine.check_call(state, call)
@@ -296,10 +369,13 @@ def replay(
             if observe is not None and decisions:
                 observe(call, decisions)
             decisions = ()
-        later = messages[index + 1 :]
-        delivered = any(isinstance(m, AIMessage) for m in later) or any(
-            answers.get(call.id) is not None and is_marked(answers[call.id], STEER_MARK)
-            for call in calls
+        # The steer was delivered once the model was called again after it, a node wrote
+        # it as a message, or a tool wrote it into its result.
+        delivered = (
+            end < len(messages)
+            or any(isinstance(m, AIMessage) for m in later)
+            or any(isinstance(m, HumanMessage) and m.name == GUARD_NAME for m in later)
+            or any(a is not None and is_marked(a, STEER_MARK) for a in answers)
         )
         if delivered:
             state, _ = engine.take_steer(state)
@@ -332,11 +408,10 @@ def _recent_steps(engine: Engine, earlier: Sequence[BaseMessage]) -> RequestStat
             message = earlier[first]
             found += isinstance(message, AIMessage) and bool(message.tool_calls)
         window = earlier[first:]
-        answers = [m for m in window if isinstance(m, ToolMessage)]
+        starts = [i for i, m in enumerate(window) if isinstance(m, AIMessage) and m.tool_calls]
         state = None
-        for message in window:
-            if isinstance(message, AIMessage) and message.tool_calls:
-                state = replay(engine, None, [message, *answers], before=state)
+        for start, end in itertools.pairwise([*starts, len(window)]):
+            state = replay(engine, None, window[start:end], before=state)
         if first == 0 or (state is not None and len(state.recent) >= engine.memory):
             return state
         wanted *= 2
@@ -407,7 +482,7 @@ def _sharing(
     if duplicates < 1:
         return None
     original = original_of(call, siblings)
-    return (conversation, (original or call).id), duplicates, original
+    return (conversation, (original or call).key), duplicates, original
 
 
 def block_message(tool_call_id: str, tool: str, text: str) -> ToolMessage:
@@ -422,15 +497,18 @@ def block_message(tool_call_id: str, tool: str, text: str) -> ToolMessage:
 
 
 def stop_messages(
-    ai_message: AIMessage | None, answered: set[str], stop: Stop
+    ai_message: AIMessage | None, answered: Sequence[bool], stop: Stop
 ) -> list[ToolMessage | AIMessage]:
-    """How a stopped request ends: every unanswered call of the last response gets a
-    "not run" result, then a final message tells the user why (the history stays valid).
+    """How a stopped request ends: every unanswered call of the last response (`answered`
+    says which are, by position) gets a "not run" result, then a final message tells the
+    user why (the history stays valid).
     """
     pending = [
         block_message(tool_call["id"] or "", tool_call["name"], _messages.not_run_text())
-        for tool_call in (ai_message.tool_calls if ai_message is not None else ())
-        if tool_call["id"] not in answered
+        for tool_call, done in zip(
+            ai_message.tool_calls if ai_message is not None else (), answered, strict=True
+        )
+        if not done
     ]
     return [*pending, AIMessage(content=stop.message, name=GUARD_NAME)]
 

@@ -25,7 +25,7 @@ def original_of(call: Call, siblings: Sequence[Call]) -> Call | None:
     """
     for sibling in siblings:
         if sibling.tool == call.tool and sibling.fingerprint == call.fingerprint:
-            return None if sibling.id == call.id else sibling
+            return None if sibling.key == call.key else sibling
     return None
 
 

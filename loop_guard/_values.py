@@ -36,28 +36,39 @@ Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool", "
 class Call:
     """One tool call proposed by the model (SPEC §0), compared by name and fingerprint.
 
-    `id` is the model's tool call id; a call made without one gets a fresh id, so it is
-    always a call of its own.
+    `id` is the model's tool call id, which the call's answer carries. `key` tells the
+    call apart from every other call of the conversation: the engine knows calls by it.
+    It defaults to the id, but a provider may give every turn's call the same id (or
+    none), so adapters key a call by its response and its position in it. A call with
+    neither gets a fresh key, so it is always a call of its own.
 
     Example:
         >>> a = Call.of("read", {"path": "a.txt", "n": 1.0}, id="call_1")
         >>> a == Call.of("read", {"n": 1, "path": "a.txt"}, id="call_2")
         True
+        >>> Call.of("read", {}, id="call_0", key="response-7#0").key
+        'response-7#0'
     """
 
     tool: str
     fingerprint: str
     args: Any = field(default=None, compare=False, repr=False)
     id: str = field(default_factory=lambda: f"loop_guard-{next(_anonymous_ids)}", compare=False)
+    key: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", self.id)
 
     @classmethod
-    def of(cls, tool: str, args: Any, *, id: str | None = None) -> Call:
+    def of(cls, tool: str, args: Any, *, id: str | None = None, key: str | None = None) -> Call:
         """Build a call; its fingerprint is the SHA-256 of the canonical JSON of `args`."""
         canonical = args_fingerprint(args).encode("utf-8", "surrogatepass")
         fingerprint = hashlib.sha256(canonical).hexdigest()
-        if id:
-            return cls(tool=tool, fingerprint=fingerprint, args=args, id=id)
-        return cls(tool=tool, fingerprint=fingerprint, args=args)
+        key = key or id or f"loop_guard-{next(_anonymous_ids)}"
+        return cls(
+            tool=tool, fingerprint=fingerprint, args=args, id=key if id is None else id, key=key
+        )
 
 
 @final

@@ -16,7 +16,7 @@ from typing_extensions import override
 
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
-    call_of,
+    calls_of,
     current_request,
     dispatch_event,
     error_result,
@@ -89,6 +89,8 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
         self._parents: dict[UUID, UUID | None] = {}
         self._conversations: dict[UUID, str] = {}
         self._tools: dict[UUID, tuple[str, Call]] = {}
+        # Per conversation: its last response's calls, and those a tool run has claimed.
+        self._batches: dict[str, tuple[list[Call], set[str]]] = {}
         self._lock = threading.Lock()
 
     def conversation_of(self, run_id: UUID | None) -> str | None:
@@ -153,8 +155,10 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
                 and isinstance(generation, ChatGeneration)
                 and isinstance(generation.message, AIMessage)
             ):
-                calls = [call_of(tool_call) for tool_call in generation.message.tool_calls]
+                calls = calls_of(generation.message)
                 if calls:
+                    with self._lock:
+                        self._batches[conversation] = (calls, set())
                     self.guard.open_batch(conversation, calls)
         except Exception as error:
             self.guard.report_fault(None, error)
@@ -183,8 +187,11 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
             if conversation is not None:
                 name = str((serialized or {}).get("name") or kwargs.get("name") or "")
                 args = inputs if inputs is not None else input_str
-                call = Call.of(name, args, id=kwargs.get("tool_call_id"))
+                tool_call_id = kwargs.get("tool_call_id")
                 with self._lock:
+                    call = self._claim(conversation, tool_call_id, name)
+                    if call is None:  # a call no response of this run showed
+                        call = Call.of(name, args, id=tool_call_id)
                     self._tools[run_id] = (conversation, call)
         except Exception as error:
             self.guard.report_fault(conversation, error)
@@ -219,6 +226,16 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
                 self._conversations[run_id] = thread
         return self.conversation_of(run_id)
 
+    def _claim(self, conversation: str, tool_call_id: str | None, name: str) -> Call | None:
+        """The call of the conversation's last response that this tool run answers: the
+        first one not yet claimed with its tool-call id and tool (ids may repeat)."""
+        calls, claimed = self._batches.get(conversation, ((), set()))
+        for call in calls:
+            if call.id == (tool_call_id or "") and call.tool == name and call.key not in claimed:
+                claimed.add(call.key)
+                return call
+        return None
+
     def _record(self, run_id: UUID, output: Any, result: Result | None) -> None:
         with self._lock:
             tracked = self._tools.pop(run_id, None)
@@ -240,7 +257,10 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
         if parent is None:
             # A top-level run has ended: free its conversation. A thread that goes on later
             # (a new request, or a resume after an interrupt) is rebuilt from its history.
-            self.guard.end_request(conversation or f"run:{run_id}")
+            ended = conversation or f"run:{run_id}"
+            with self._lock:
+                self._batches.pop(ended, None)
+            self.guard.end_request(ended)
 
 
 def announce(guard: LoopGuard, conversation: str, messages: Sequence[BaseMessage]) -> None:

@@ -15,8 +15,9 @@ from loop_guard import _messages
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
+    answers_to,
     block_message,
-    call_of,
+    calls_of,
     dispatch_event,
     is_marked,
     last_batch,
@@ -127,15 +128,14 @@ class LoopGuardNode:
         announce(self.guard, conversation, messages)
         ai_message, answers = last_batch(messages)
         corrections: list[AnyMessage] = []
-        if ai_message is not None and ai_message.tool_calls:
-            calls = [call_of(tool_call) for tool_call in ai_message.tool_calls]
+        calls = calls_of(ai_message) if ai_message is not None else []
+        paired = answers_to(calls, answers)
+        if calls:
             # Verdicts already given (by wrapped tools) come back unchanged; calls no
             # wrapper saw - an unknown tool, an unwrapped tool - are judged now, after
             # the fact: a refused one keeps its place but its result is withheld.
             verdicts = self.guard.check_batch(conversation, calls)
-            by_id = {answer.tool_call_id: answer for answer in answers}
-            for call, verdict in zip(calls, verdicts, strict=True):
-                answer = by_id.get(call.id)
+            for call, verdict, answer in zip(calls, verdicts, paired, strict=True):
                 if answer is None:
                     continue
                 if isinstance(verdict, Proceed):
@@ -147,7 +147,7 @@ class LoopGuardNode:
         self.guard.note_node(conversation)  # the steers of this conversation are ours
         stop = self.guard.stop_of(conversation)
         if stop is not None:
-            answered = {answer.tool_call_id for answer in answers}
+            answered = [answer is not None for answer in paired]
             ending = stop_messages(ai_message, answered, stop)
             return Command(goto=END, update={self.messages_key: [*corrections, *ending]})
         steer = self.guard.take_steer(conversation)

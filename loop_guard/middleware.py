@@ -27,12 +27,15 @@ from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import RequestState
 from loop_guard._guard import GuardEvent, LoopGuard
 from loop_guard._langchain import (
+    answers_to,
     ashared_run,
     block_message,
-    call_of,
+    call_at,
+    calls_of,
     dispatch_event,
     last_batch,
     messages_of,
+    position_of,
     result_of,
     shared_run,
     stop_messages,
@@ -275,24 +278,22 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         message, given = last_batch(state["messages"])
         if message is None or not message.tool_calls:
             return None
-        given_by_id = {a.tool_call_id: a for a in given if isinstance(a, ToolMessage)}
         engine = self.guard.engine
         snapshot = RequestState.from_dict(state.get("loop_guard"))
-        calls = [call_of(tool_call) for tool_call in message.tool_calls]
+        calls = calls_of(message)
         snapshot, verdicts, decided = engine.check_batch(snapshot, calls)
         decisions.extend(decided)
         answers: list[AnyMessage] = []
-        for call, verdict in zip(calls, verdicts, strict=True):
-            answer = given_by_id.get(call.id)
+        answered = []
+        for call, verdict, answer in zip(calls, verdicts, answers_to(calls, given), strict=True):
             if answer is not None and isinstance(verdict, Proceed):
                 snapshot = self._recorded(snapshot, call, answer, decisions)
             elif answer is None and isinstance(verdict, Block):
                 answers.append(block_message(call.id, call.tool, verdict.message))
+            answered.append(answer is not None or isinstance(verdict, Block))
         update: dict[str, Any] = {"loop_guard": snapshot.to_dict()}
         stop = engine.stop_of(snapshot)
         if stop is not None:
-            answered = {a.tool_call_id for a in answers if isinstance(a, ToolMessage)}
-            answered |= set(given_by_id)
             answers.extend(stop_messages(message, answered, stop))  # ends with the stop
         if answers:
             update["messages"] = answers
@@ -304,17 +305,16 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """Record the last batch's results; a due steer as a message (also one due from
         calls the reply answered itself, recorded when it was decided)."""
         snapshot = RequestState.from_dict(state.get("loop_guard"))
-        awaiting = {call.id for call in snapshot.awaiting}
+        awaiting = {call.key for call in snapshot.awaiting}
         message, answers = last_batch(state["messages"])
         if (not awaiting or message is None) and not snapshot.steer_pending:
             return None
         engine = self.guard.engine
         if awaiting and message is not None:
             # Rebuilt from the AI message, not the snapshot: the snapshot keeps no args.
-            calls = {c["id"]: call_of(c) for c in message.tool_calls if c["id"] in awaiting}
-            for answer in answers:
-                call = calls.get(answer.tool_call_id)
-                if call is not None:
+            calls = calls_of(message)
+            for call, answer in zip(calls, answers_to(calls, answers), strict=True):
+                if answer is not None and call.key in awaiting:
                     snapshot = self._recorded(snapshot, call, answer, decisions)
             snapshot, decided = engine.settle(snapshot)
             decisions.extend(decided)
@@ -330,11 +330,16 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             return None
         try:
             message, _ = last_batch(messages_of(request.state))
-            siblings = [call_of(c) for c in message.tool_calls] if message is not None else []
-            call = next((c for c in siblings if c.id == request.tool_call["id"]), None)
-            if call is None:
+            tool_call = request.tool_call
+            position = (
+                None
+                if message is None
+                else position_of(message, tool_call.get("id"), tool_call["name"])
+            )
+            if message is None or position is None:
                 return None
-            return _conversation(request.state), call, siblings
+            siblings = calls_of(message)
+            return _conversation(request.state), siblings[position], siblings
         except Exception as error:  # a fault of the guard: this call runs unshared
             self.guard.report_fault(None, error)
             return None
@@ -358,9 +363,18 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """
         try:
             snapshot = RequestState.from_dict(request.state.get("loop_guard"))
-            call = call_of(request.tool_call)
+            message, _ = last_batch(messages_of(request.state))
+            tool_call = request.tool_call
+            position = (
+                None
+                if message is None
+                else position_of(message, tool_call.get("id"), tool_call["name"])
+            )
+            if message is None or position is None:
+                return None
+            call = call_at(message, position)
             engine = self.guard.engine
-            if not engine.decided(snapshot, [call.id]):
+            if not engine.decided(snapshot, [call.key]):
                 return None
             _, verdict, _ = engine.check_call(snapshot, call)  # the verdict it already had
             if not isinstance(verdict, Block):

@@ -38,7 +38,7 @@ from langchain_core.messages import (
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import Engine
 from loop_guard._guard import GuardEvent
-from loop_guard._langchain import is_user_message, replay
+from loop_guard._langchain import is_user_message, keys_of, replay
 from loop_guard._values import Call, Decision, Proceed
 
 if TYPE_CHECKING:
@@ -106,22 +106,30 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
     """Replay each request of a conversation through a fresh engine state."""
     engine = Engine(config)
     report = Report(conversation.name)
+    # Every response gets an id: its calls are keyed by it, as a live graph keys them, so
+    # tool-call ids a provider reused never merge two calls.
+    messages = [
+        message.model_copy(update={"id": f"response-{n}"})
+        if isinstance(message, AIMessage) and not message.id
+        else message
+        for n, message in enumerate(conversation.messages)
+    ]
     index_of: dict[str, int] = {}
-    for message in conversation.messages:
+    for message in messages:
         if isinstance(message, AIMessage):
-            for tool_call in message.tool_calls:
-                index_of[tool_call["id"] or ""] = len(index_of) + 1
+            for key in keys_of(message):
+                index_of[key] = len(index_of) + 1
     report.calls = len(index_of)
 
     def observe(call: Call, decisions: Sequence[Decision]) -> None:
         report.findings.extend(
-            Finding(index_of.get(call.id, 0), GuardEvent.of(conversation.name, decision))
+            Finding(index_of.get(call.key, 0), GuardEvent.of(conversation.name, decision))
             for decision in decisions
             if not isinstance(decision, Proceed)
         )
 
     state = None  # the recent steps outlive each request
-    for request in _requests(conversation.messages):
+    for request in _requests(messages):
         state = replay(engine, None, request, observe, before=state)
     return report
 

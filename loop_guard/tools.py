@@ -24,11 +24,14 @@ from loop_guard._langchain import (
     RESULT_KEY,
     STEER_MARK,
     ashared_run,
-    call_of,
+    call_at,
+    calls_of,
     dispatch_event,
     error_result,
+    keys_of,
     last_batch,
     messages_of,
+    position_of,
     result_of,
     shared_run,
     tool_message_of,
@@ -202,23 +205,28 @@ class GuardedTool(BaseTool):
             return _Decision(refusal=None, conversation=None, call=None, input=input)
         announce(self.guard, conversation, messages)
         ai_message, _ = last_batch(messages)
-        tool_calls = ai_message.tool_calls if ai_message is not None else []
         call_id = tool_call["id"] if tool_call is not None else None
-        ids = [c["id"] for c in tool_calls]
+        position = (
+            None
+            if ai_message is None or tool_call is None
+            else position_of(ai_message, call_id, self.name)
+        )
         siblings: list[Call] = []
-        if call_id is None or call_id not in ids:
+        if ai_message is None or position is None:
             call = self._call_from_args(call_id, args)
             verdict = self.guard.check_call(conversation, call)
-        elif self.guard.decided(conversation, ids) and not self.guard.config.dedupe_siblings:
+        elif (
+            self.guard.decided(conversation, keys_of(ai_message))
+            and not self.guard.config.dedupe_siblings
+        ):
             # A sibling already had the whole response decided: this call's verdict is
-            # known by its id, so the siblings need not be fingerprinted again.
-            call = call_of(tool_calls[ids.index(call_id)])
+            # known by its key, so the siblings need not be fingerprinted again.
+            call = call_at(ai_message, position)
             verdict = self.guard.check_call(conversation, call)
         else:
             # The call as the model made it. The whole response is decided at once, in the
             # model's order, as the middleware does: the first sibling to ask decides.
-            siblings = [call_of(c) for c in tool_calls]
-            position = ids.index(call_id)
+            siblings = calls_of(ai_message)
             call = siblings[position]
             verdict = self.guard.check_batch(conversation, siblings)[position]
         if isinstance(verdict, Stop):
