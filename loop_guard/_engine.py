@@ -125,6 +125,11 @@ class RequestState:
         return tuple(entry.call for entry in self.batch if entry.outcome in _UNANSWERED)
 
     @property
+    def latest(self) -> tuple[Call, ...]:
+        """Calls of the open batch, then of the last settled one: the latest responses."""
+        return tuple(entry.call for entry in (*self.batch, *self.settled))
+
+    @property
     def steer_pending(self) -> bool:
         """Whether a steer message is due before the model's next call."""
         return self.steer is not None
@@ -536,7 +541,11 @@ class Engine:
         config = self.config
         # Late siblings only need ids and outcomes: the args are not kept alive.
         settled = tuple(
-            e._replace(call=Call(tool=e.call.tool, fingerprint=e.call.fingerprint, key=e.call.key))
+            e._replace(
+                call=Call(
+                    tool=e.call.tool, fingerprint=e.call.fingerprint, id=e.call.id, key=e.call.key
+                )
+            )
             if e.call.args is not None
             else e
             for e in entries

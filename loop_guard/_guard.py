@@ -16,6 +16,8 @@ from loop_guard._values import Block, Call, Decision, Proceed, Reason, Result, S
 
 logger = logging.getLogger("loop_guard")
 
+_CATCH_UP_TRIES = 4  # other threads' transitions interleaved with a catch-up, at most
+
 EventKind = Literal["warn", "block", "abort", "terminate", "error"]
 
 
@@ -183,7 +185,6 @@ class LoopGuard:
         self.on_event = on_event
         self.max_conversations = max_conversations
         self._states: OrderedDict[str, RequestState] = OrderedDict()
-        self._seen: dict[str, tuple[str, int]] = {}  # request and history length announced
         self._lock = threading.Lock()
         self._sinks: tuple[Callable[[GuardEvent], object], ...] = ()
         self._counts: Counter[tuple[str, str]] = Counter()  # (tool, counter) -> n
@@ -216,54 +217,44 @@ class LoopGuard:
             if sink not in self._sinks:
                 self._sinks = (*self._sinks, sink)
 
-    def start_request(
-        self,
-        conversation: str,
-        request_id: str,
-        *,
-        rebuild: Callable[[Engine], RequestState] | None = None,
-        seen: int = 0,
-    ) -> None:
+    def start_request(self, conversation: str, request_id: str) -> None:
         """Begin a request, unless `request_id` is the conversation's current request.
 
-        Idempotent, so several adapters may announce the same request. When the state
-        held belongs to another request (or none is held, e.g. after a restart),
-        `rebuild` may recreate the request's state from its history; by default the
-        request starts fresh, keeping only the conversation's recent steps. `seen` is
-        how many messages of the history the caller has looked at (see `announced`).
+        Idempotent, so several adapters may announce the same request. Everything
+        resets but the conversation's recent steps (SPEC §5).
         """
-        with self._lock:
-            state = self._states.get(conversation)
-            if state is not None and state.request_id == request_id:
-                self._seen[conversation] = (request_id, seen)
-                return
-        # Rebuilt outside the lock: it may replay a long history.
-        rebuilt = None if rebuild is None else rebuild(self.engine)
         with self._lock:
             state = self._states.get(conversation)
             if state is None or state.request_id != request_id:
-                fresh = self.engine.start_request(state, request_id) if rebuilt is None else rebuilt
-                self._store(conversation, fresh)
-            self._seen[conversation] = (request_id, seen)
+                self._store(conversation, self.engine.start_request(state, request_id))
 
-    def announced(self, conversation: str) -> tuple[str, int] | None:
-        """The current request and the history length it was announced with, if held.
+    def catch_up(
+        self,
+        conversation: str,
+        update: Callable[[RequestState | None], RequestState | None],
+    ) -> None:
+        """Bring the conversation's state up to date with what happened elsewhere.
 
-        Lets an adapter look only at the messages added since, instead of walking back
-        through the whole request on every call.
+        `update` gets the state held (`None` when none is) and returns the state the
+        conversation's history shows, or `None` when the held one is current. It runs
+        outside the lock (it may replay a long history); its answer is stored only if
+        no other thread changed the state meanwhile, else it is asked again.
         """
-        with self._lock:
-            state = self._states.get(conversation)
-            seen = self._seen.get(conversation)
-        if state is None or seen is None or state.request_id != seen[0]:
-            return None
-        return seen
+        for _ in range(_CATCH_UP_TRIES):
+            with self._lock:
+                held = self._states.get(conversation)
+            fresh = update(held)
+            if fresh is None:
+                return
+            with self._lock:
+                if self._states.get(conversation) is held:
+                    self._store(conversation, fresh)
+                    return
 
     def end_request(self, conversation: str) -> None:
         """Forget a conversation whose request has finished (frees its memory)."""
         with self._lock:
             self._states.pop(conversation, None)
-            self._seen.pop(conversation, None)
             self._node_served.discard(conversation)
             self._published.pop(conversation, None)
 
@@ -308,6 +299,11 @@ class LoopGuard:
         """Whether every one of these calls has its verdict already (by `Call.key`)."""
         with self._lock:
             return self.engine.decided(self._state(conversation), keys)
+
+    def latest_calls(self, conversation: str) -> tuple[Call, ...]:
+        """The calls of the conversation's open batch, then of the last settled one."""
+        with self._lock:
+            return self._state(conversation).latest
 
     def record_result(self, conversation: str, call: Call, result: Result) -> None:
         """Record a call's result; recording the same call twice has no effect."""
@@ -424,7 +420,6 @@ class LoopGuard:
         self._states.move_to_end(conversation)
         while len(self._states) > self.max_conversations:
             forgotten, _ = self._states.popitem(last=False)
-            self._seen.pop(forgotten, None)
             self._node_served.discard(forgotten)
 
 

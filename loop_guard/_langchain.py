@@ -382,6 +382,66 @@ def catch_up(
     return state
 
 
+def up_to_date(
+    engine: Engine, state: RequestState | None, messages: Sequence[BaseMessage]
+) -> RequestState | None:
+    """The state a conversation's history shows, when `state` is not it; else `None`.
+
+    The history is the truth; a state held in memory is a cache that must prove it is
+    current. It is, when it has seen the newest model response in the history and
+    nothing after that response is news to it. Another process that moved the thread
+    on leaves responses, answers or a delivered steer the state has not seen: it
+    catches up on them. A new user message starts a new request, rebuilt from the
+    history. Only the messages since the newest response the state knows are read, so
+    the check costs the same however long the thread is.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if is_user_message(message):
+            if message.id is None:
+                # Not the thread's history, where every message has an id: a model call
+                # of another kind on the thread (a middleware's summarizer, say).
+                return None
+            if state is None or state.request_id != message.id:
+                return rebuild(engine, messages)
+            since = messages[index + 1 :]
+            return catch_up(engine, state, since) if _news(state, since) else None
+        if (
+            state is not None
+            and isinstance(message, AIMessage)
+            and message.tool_calls
+            and engine.declared(state, keys_of(message)[0])
+        ):
+            since = messages[index:]
+            return catch_up(engine, state, since) if _news(state, since[1:]) else None
+    # No request start in sight (a summary replaced it): what the state knows stands.
+    return None if state is not None else rebuild(engine, messages)
+
+
+def _news(state: RequestState, since: Sequence[BaseMessage]) -> bool:
+    """Whether messages after what `state` has seen hold news for it: a response it has
+    not seen (but the live one, the last message, which the adapters decide), an answer
+    it waits for, or the delivery of its pending steer."""
+    awaiting = {call.id for call in state.awaiting}
+    steer_due = state.steer is not None
+    last = len(since) - 1
+    for index, message in enumerate(since):
+        match message:
+            case AIMessage():
+                news = (bool(message.tool_calls) and index < last) or steer_due
+            case ToolMessage():
+                news = message.tool_call_id in awaiting or (
+                    steer_due and is_marked(message, STEER_MARK)
+                )
+            case HumanMessage():
+                news = steer_due and message.name == GUARD_NAME
+            case _:
+                news = False
+        if news:
+            return True
+    return False
+
+
 def rebuild(engine: Engine, messages: Sequence[BaseMessage]) -> RequestState:
     """The state of the request a conversation's messages end in, rebuilt from them.
 

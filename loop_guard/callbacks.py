@@ -20,11 +20,10 @@ from loop_guard._langchain import (
     current_request,
     dispatch_event,
     error_result,
-    is_user_message,
-    rebuild,
     result_of,
     thread_key,
     thread_key_of_metadata,
+    up_to_date,
 )
 from loop_guard._values import Call, LoopGuardAbort, Result
 
@@ -89,8 +88,7 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
         self._parents: dict[UUID, UUID | None] = {}
         self._conversations: dict[UUID, str] = {}
         self._tools: dict[UUID, tuple[str, Call]] = {}
-        # Per conversation: its last response's calls, and those a tool run has claimed.
-        self._batches: dict[str, tuple[list[Call], set[str]]] = {}
+        self._claimed: dict[str, set[str]] = {}  # per conversation: calls a tool run answers
         self._lock = threading.Lock()
 
     def conversation_of(self, run_id: UUID | None) -> str | None:
@@ -157,8 +155,6 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
             ):
                 calls = calls_of(generation.message)
                 if calls:
-                    with self._lock:
-                        self._batches[conversation] = (calls, set())
                     self.guard.open_batch(conversation, calls)
         except Exception as error:
             self.guard.report_fault(None, error)
@@ -227,10 +223,11 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
         return self.conversation_of(run_id)
 
     def _claim(self, conversation: str, tool_call_id: str | None, name: str) -> Call | None:
-        """The call of the conversation's last response that this tool run answers: the
-        first one not yet claimed with its tool-call id and tool (ids may repeat)."""
-        calls, claimed = self._batches.get(conversation, ((), set()))
-        for call in calls:
+        """The call of the latest responses that this tool run answers: the first one with
+        its tool-call id and tool that no run claimed yet (a provider may repeat ids, so
+        the id alone does not tell)."""
+        claimed = self._claimed.setdefault(conversation, set())
+        for call in self.guard.latest_calls(conversation):
             if call.id == (tool_call_id or "") and call.tool == name and call.key not in claimed:
                 claimed.add(call.key)
                 return call
@@ -259,31 +256,19 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
             # (a new request, or a resume after an interrupt) is rebuilt from its history.
             ended = conversation or f"run:{run_id}"
             with self._lock:
-                self._batches.pop(ended, None)
+                self._claimed.pop(ended, None)
             self.guard.end_request(ended)
 
 
 def announce(guard: LoopGuard, conversation: str, messages: Sequence[BaseMessage]) -> None:
-    """Start (or continue) the request these messages belong to.
+    """Bring the conversation's state up to date with its history (`up_to_date`).
 
-    A top-level run outside a thread is a single request, so there is nothing to
-    announce. Otherwise, state missing after a restart is rebuilt from the history.
+    A top-level run outside a thread is a single request seen from its start, so there
+    is nothing to catch up on.
     """
-    if conversation.startswith("run:"):
+    if conversation.startswith("run:") or not guard.config.enabled:
         return
-    announced = guard.announced(conversation)
-    if announced is not None:
-        # Only the messages added since are looked at: no new user message there, the
-        # same request goes on (a shorter history, e.g. after summarising: look again).
-        request_id, seen = announced
-        if seen <= len(messages) and not any(map(is_user_message, messages[seen:])):
-            guard.start_request(conversation, request_id, seen=len(messages))
-            return
-    started, _ = current_request(messages)
-    if started is not None:
-        guard.start_request(
-            conversation, started, rebuild=lambda e: rebuild(e, messages), seen=len(messages)
-        )
+    guard.catch_up(conversation, lambda held: up_to_date(guard.engine, held, messages))
 
 
 def conversation_for(

@@ -6,7 +6,7 @@ import functools
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END
 from langgraph.types import Command
@@ -125,8 +125,13 @@ class LoopGuardNode:
         conversation = conversation_for(self.guard, config, messages)
         if conversation is None:
             return Command(goto=self.next_node)
-        announce(self.guard, conversation, messages)
         ai_message, answers = last_batch(messages)
+        # The last response's answers are this node's to record, with their decisions:
+        # the state catches up on the history up to that response only.
+        end = len(messages)
+        while end > 0 and not isinstance(messages[end - 1], AIMessage):
+            end -= 1
+        announce(self.guard, conversation, messages[:end])
         corrections: list[AnyMessage] = []
         calls = calls_of(ai_message) if ai_message is not None else []
         paired = answers_to(calls, answers)

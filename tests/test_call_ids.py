@@ -103,6 +103,8 @@ def test_a_reused_id_decides_as_unique_ids_do(face: str, scheme: str, mode: Mode
     """One call per turn, always the same id: steered, refused and stopped as with
     unique ids (4 runs, not the recursion limit)."""
     expected, expected_runs, _ = _run(face, stubborn(READ), mode)
+    assert sum("LOOP GUARD: you have called" in line for line in expected) == 1
+    assert sum(line.startswith("tool:error:LOOP GUARD: this call was") for line in expected) == 3
     got, got_runs, messages = _run(face, reusing(stubborn(READ), SCHEMES[scheme]), mode)
     assert got == expected
     assert got_runs == expected_runs == 4

@@ -17,11 +17,13 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from loop_guard import (
+    Call,
     GuardEvent,
     LoopGuard,
     LoopGuardAbort,
     LoopGuardCallbackHandler,
     LoopGuardNode,
+    Result,
     guard_tools,
 )
 from loop_guard.testing import ScriptedChatModel, obedient, sequence, stubborn, tool_calls_message
@@ -366,28 +368,54 @@ def test_the_handler_frees_a_thread_when_its_run_ends() -> None:
         assert len(blocked(current_request(messages))) == 3
 
 
-def test_announce_looks_only_at_new_messages_and_rescans_a_shorter_history() -> None:
-    """A request is followed by the tail added since the last look: a user message there
-    starts a new request; a history that got shorter (summarised) is looked at again."""
+def test_memory_proves_it_is_current_before_it_is_used() -> None:
+    """The state held is checked against the history at every look: kept when it has
+    seen the newest response and nothing after it is news; caught up when another guard
+    (another process) moved the thread on; rebuilt at a new user message; kept for a
+    summarised history and for a model call that is not the thread's (no ids)."""
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
     from loop_guard.callbacks import announce
 
-    guard = LoopGuard()
-    first = HumanMessage("one", id="h1")
-    history: list[Any] = [first, AIMessage("", tool_calls=[{"name": "ls", "args": {}, "id": "c1"}])]
-    announce(guard, "t", history)
-    assert guard.announced("t") == ("h1", 2)
-    history += [ToolMessage("x", tool_call_id="c1"), HumanMessage("steer", name="loop_guard")]
-    announce(guard, "t", history)
-    assert guard.announced("t") == ("h1", 4)
+    def response(n: int) -> list[Any]:
+        call = {"name": "ls", "args": {}, "id": "call_0"}  # a provider reusing its ids
+        return [
+            AIMessage("", id=f"a{n}", tool_calls=[call]),
+            ToolMessage("x", tool_call_id="call_0"),
+        ]
+
+    here, elsewhere = LoopGuard(), LoopGuard()
+    history: list[Any] = [HumanMessage("one", id="h1"), *response(1)]
+    for guard in (here, elsewhere):
+        announce(guard, "t", history)
+        for call in (Call.of("ls", {}, id="call_0", key="a1#0"),):
+            guard.check_call("t", call)
+            guard.record_result("t", call, Result.of("x"))
+    held = here._states["t"]
+    announce(here, "t", history)
+    assert here._states["t"] is held  # current: kept as it is
+    for n in (2, 3):  # another process runs two more steps and delivers the steer
+        history += response(n)
+        announce(elsewhere, "t", history)
+        call = Call.of("ls", {}, id="call_0", key=f"a{n}#0")
+        elsewhere.check_call("t", call)
+        elsewhere.record_result("t", call, Result.of("x"))
+    assert elsewhere.take_steer("t") is not None
+    history.append(HumanMessage("steer", name="loop_guard", id="s1"))
+    announce(here, "t", history)
+    assert here._states["t"].to_dict() == elsewhere._states["t"].to_dict()
+    assert here._states["t"].streak == 3
+    assert here.take_steer("t") is None
+    caught_up = here._states["t"]
+    announce(here, "t", [HumanMessage("Summarise this conversation.")])  # a summarizer's call
+    assert here._states["t"] is caught_up
+    summary = HumanMessage("summary", id="s", additional_kwargs={"lc_source": "summarization"})
+    announce(here, "t", [summary, *history[-3:]])
+    assert here._states["t"] is caught_up
     history.append(HumanMessage("two", id="h2"))
-    announce(guard, "t", history)
-    assert guard.announced("t") == ("h2", 5)
-    announce(guard, "t", [HumanMessage("summary and three", id="h3")])
-    assert guard.announced("t") == ("h3", 1)
-    guard.end_request("t")
-    assert guard.announced("t") is None
+    announce(here, "t", history)
+    assert here._states["t"].request_id == "h2"
+    assert here._states["t"].streak == 0
 
 
 def test_a_wide_batch_is_fingerprinted_in_linear_time(monkeypatch: pytest.MonkeyPatch) -> None:
