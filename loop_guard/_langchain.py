@@ -251,14 +251,25 @@ def error_result(error: BaseException) -> Result:
 
 
 def current_request(messages: Sequence[BaseMessage]) -> tuple[str | None, Sequence[BaseMessage]]:
-    """The id of the request's user message and the messages from it on.
+    """The id of the message that began the request and the messages from it on.
 
-    A request begins with a user message; messages the guard inserted never count.
+    A request begins with a user message; messages the guard inserted never count, but
+    a request the guard stopped is over: whatever follows its stop is another request
+    (another agent's turn on the same messages, say).
     """
     for index in range(len(messages) - 1, -1, -1):
-        if is_user_message(messages[index]):
+        if begins_request(messages, index):
             return messages[index].id, messages[index:]
     return None, messages
+
+
+def begins_request(messages: Sequence[BaseMessage], index: int) -> bool:
+    """Whether `messages[index]` begins a request: a user message, or the guard's stop
+    with messages after it."""
+    message = messages[index]
+    if isinstance(message, AIMessage):
+        return message.name == GUARD_NAME and index + 1 < len(messages)
+    return is_user_message(message)
 
 
 def is_user_message(message: BaseMessage) -> bool:
@@ -274,7 +285,8 @@ def is_user_message(message: BaseMessage) -> bool:
 def thread_key(config: RunnableConfig | None) -> str | None:
     """The conversation key of a LangGraph thread: its id, plus the graph's namespace.
 
-    The namespace keeps a subgraph (a subagent) apart from its parent on one thread.
+    The namespace keeps a subgraph (a subagent, an agent run inside a tool) apart from
+    its parent and its siblings on one thread.
     """
     if not config:
         return None
@@ -283,20 +295,29 @@ def thread_key(config: RunnableConfig | None) -> str | None:
     thread = configurable.get("thread_id", metadata.get("thread_id"))
     if thread is None:
         return None
-    return _with_namespace(str(thread), metadata)
+    namespace = configurable.get("checkpoint_ns")
+    if namespace is None:
+        namespace = metadata.get("langgraph_checkpoint_ns")
+    return within_graph(str(thread), namespace)
 
 
 def thread_key_of_metadata(metadata: Mapping[str, Any] | None) -> str | None:
     """`thread_key` for a callback's run metadata."""
     if not metadata or metadata.get("thread_id") is None:
         return None
-    return _with_namespace(str(metadata["thread_id"]), metadata)
+    return within_graph(str(metadata["thread_id"]), metadata.get("langgraph_checkpoint_ns"))
 
 
-def _with_namespace(thread: str, metadata: Mapping[str, Any]) -> str:
-    namespace = str(metadata.get("checkpoint_ns") or metadata.get("langgraph_checkpoint_ns") or "")
-    graph = namespace.rpartition("|")[0]  # drop the running node's own segment
-    return f"{thread}|{graph}" if graph else thread
+def within_graph(base: str, namespace: object) -> str:
+    """`base` (a thread, a top-level run) narrowed to the graph a node runs in.
+
+    A node's namespace is its graph's, then its own task (`"worker:<task>|model:<task>"`):
+    the graph part, task ids included, tells apart sibling subgraphs, parallel runs of
+    one subagent and an agent run inside a tool, and holds for every step of one run.
+    (`metadata["checkpoint_ns"]` is not it: it keeps the outermost subgraph's.)
+    """
+    graph = str(namespace or "").rpartition("|")[0]
+    return f"{base}|{graph}" if graph else base
 
 
 def last_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage | None, list[ToolMessage]]:
@@ -397,7 +418,7 @@ def up_to_date(
     """
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if is_user_message(message):
+        if begins_request(messages, index):
             if message.id is None:
                 # Not the thread's history, where every message has an id: a model call
                 # of another kind on the thread (a middleware's summarizer, say).

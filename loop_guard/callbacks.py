@@ -24,6 +24,7 @@ from loop_guard._langchain import (
     thread_key,
     thread_key_of_metadata,
     up_to_date,
+    within_graph,
 )
 from loop_guard._values import Call, LoopGuardAbort, Result
 
@@ -217,9 +218,17 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
     ) -> str | None:
         with self._lock:
             self._parents[run_id] = parent_run_id
-            thread = thread_key_of_metadata(metadata)
-            if thread is not None:
-                self._conversations[run_id] = thread
+            key = thread_key_of_metadata(metadata)
+            if key is None and metadata and parent_run_id is not None:
+                # Outside a thread, a subgraph's runs (an agent run inside a tool) are a
+                # conversation of their own within the top-level run.
+                top = parent_run_id
+                while (parent := self._parents.get(top)) is not None:
+                    top = parent
+                graph = within_graph(f"run:{top}", metadata.get("langgraph_checkpoint_ns"))
+                key = None if graph == f"run:{top}" else graph
+            if key is not None:
+                self._conversations[run_id] = key
         return self.conversation_of(run_id)
 
     def _claim(self, conversation: str, tool_call_id: str | None, name: str) -> Call | None:
