@@ -28,7 +28,6 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from loop_guard import (
-    GuardedTool,
     LoopGuard,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
@@ -36,6 +35,7 @@ from loop_guard import (
     guard_tools,
 )
 from loop_guard.testing import ScriptedChatModel
+from loop_guard.tools import GuardedTool
 
 Script = Callable[[Sequence[BaseMessage], int], AIMessage]
 CallSpec = tuple[str, dict[str, Any]]

@@ -5,6 +5,9 @@ returning the same result. It steers the model first, then refuses the call, the
 ends the request cleanly. Calls with other arguments, or whose results change, are
 never touched.
 
+The core (`LoopGuard`, its settings and values) needs no framework: the adapters for
+LangChain and LangGraph load when first used.
+
 Example:
     >>> from loop_guard import LoopGuard, LoopGuardConfig
     >>> LoopGuard(LoopGuardConfig(warn_threshold=2, block_threshold=4)).config.warn_threshold
@@ -13,11 +16,10 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from loop_guard._config import LoopGuardConfig, Normalizer, ToolPolicy
-from loop_guard._engine import Engine, RequestState
-from loop_guard._fingerprint import args_fingerprint, result_fingerprint
 from loop_guard._guard import GuardEvent, GuardStats, LoopGuard
 from loop_guard._messages import GUARD_NAME
 from loop_guard._values import (
@@ -33,55 +35,73 @@ from loop_guard._values import (
     StopKind,
 )
 from loop_guard._volatile import normalize_volatile
-from loop_guard.callbacks import LoopGuardCallbackHandler
-from loop_guard.graph import LoopGuardNode
-from loop_guard.tools import GuardedTool, guard_tools
 
 if TYPE_CHECKING:
-    from loop_guard.middleware import LoopGuardMiddleware
+    from loop_guard._langchain import BLOCK_MARK, DUPLICATE_MARK, STEER_MARK
+    from loop_guard.callbacks import LoopGuardCallbackHandler
+    from loop_guard.graph import LoopGuardNode
+    from loop_guard.middleware import ExitBehavior, LoopGuardMiddleware, LoopGuardState
+    from loop_guard.tools import guard_tools
 
 __all__ = [
+    "BLOCK_MARK",
+    "DUPLICATE_MARK",
     "GUARD_NAME",
+    "STEER_MARK",
     "Block",
     "Call",
     "Decision",
-    "Engine",
+    "ExitBehavior",
     "GuardEvent",
     "GuardStats",
-    "GuardedTool",
     "LoopGuard",
     "LoopGuardAbort",
     "LoopGuardCallbackHandler",
     "LoopGuardConfig",
     "LoopGuardMiddleware",
     "LoopGuardNode",
+    "LoopGuardState",
     "Normalizer",
     "Proceed",
     "Reason",
-    "RequestState",
     "Result",
     "Steer",
     "Stop",
     "StopKind",
     "ToolPolicy",
-    "args_fingerprint",
     "guard_tools",
     "normalize_volatile",
-    "result_fingerprint",
 ]
+
+# Adapter names and the module each lives in: imported on first use (PEP 562).
+_ADAPTERS = {
+    "BLOCK_MARK": "_langchain",
+    "DUPLICATE_MARK": "_langchain",
+    "STEER_MARK": "_langchain",
+    "LoopGuardCallbackHandler": "callbacks",
+    "LoopGuardNode": "graph",
+    "guard_tools": "tools",
+    "ExitBehavior": "middleware",
+    "LoopGuardMiddleware": "middleware",
+    "LoopGuardState": "middleware",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # The middleware needs the optional `langchain` package: import it only on use.
-    if name == "LoopGuardMiddleware":
-        try:
-            from loop_guard.middleware import LoopGuardMiddleware
-        except ImportError as error:
-            msg = (
-                "LoopGuardMiddleware needs the `agents` extra: "
-                "pip install 'langchain-loop-guard[agents]'"
-            )
-            raise ImportError(msg) from error
-        return LoopGuardMiddleware
-    msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)
+    module = _ADAPTERS.get(name)
+    if module is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    try:
+        value = getattr(importlib.import_module(f"loop_guard.{module}"), name)
+    except ImportError as error:
+        if module != "middleware":
+            raise
+        msg = f"{name} needs the `agents` extra: pip install 'langchain-loop-guard[agents]'"
+        raise ImportError(msg) from error
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

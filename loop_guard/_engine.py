@@ -9,12 +9,27 @@ decisions.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple, final
+from collections.abc import Sequence
+from typing import Any, final
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
+from loop_guard._state import (
+    ALLOWED,
+    BLOCKED,
+    ERROR,
+    IGNORED,
+    NOT_RUN,
+    UNANSWERED,
+    Entry,
+    Failing,
+    RequestState,
+    Steered,
+    Step,
+    evolve,
+    find_entry,
+    settled_entry,
+)
 from loop_guard._values import (
     Block,
     Call,
@@ -27,14 +42,6 @@ from loop_guard._values import (
     StopKind,
 )
 
-# Outcomes of a batch entry besides a result fingerprint. No outcome yet: not checked.
-_ALLOWED = "allowed"  # checked and let through; no result yet
-_BLOCKED = "blocked"  # refused by a block (counted toward abort)
-_NOT_RUN = "not_run"  # refused because the request had stopped (not counted)
-_IGNORED = "ignored"  # a result the guard does not see (ignored tool or error)
-_UNANSWERED = (None, _ALLOWED)
-_ERROR = "!"  # prefixed to an error result's fingerprint: steps know their errors
-
 _STEERED_KEPT = 32  # steered steps remembered per request, for ignored-steering escalation
 _FAILING_KEPT = 32  # tools whose errors are followed per request, for same-error detection
 _SAME_ERROR_VARIANTS = 3  # different argument sets among a broken tool's identical errors
@@ -44,162 +51,6 @@ _UNKNOWN_ARGS = "unknown-tool"
 
 _SAME_ERROR_ARGS = "same-error"
 """The args fingerprint of every failing call to a tool that fails whatever its args."""
-
-
-class _Entry(NamedTuple):
-    """A call of the open batch and what became of it so far (a tuple: made often)."""
-
-    call: Call
-    outcome: str | None = None  # None, one of the outcomes above, or a result fingerprint
-    block: Block | None = None  # the verdict of a blocked call, for siblings asking again
-
-
-class _Steered(NamedTuple):
-    """A step the model was steered away from in this request (ignored steering)."""
-
-    step: Step
-    level: int  # the streak a return resumes from; 0: a return must not resume a streak
-    again: bool  # steered a second time already, on a return
-    seen: int  # identical runs so far in this request, toward the backstop
-    limit: int  # the run that is refused, when not the tool's backstop (0): a cycle's
-
-
-class _Failing(NamedTuple):
-    """The one error a tool has returned for every call since it last did anything else."""
-
-    tool: str
-    error: str  # the error's outcome (its result fingerprint, marked as an error)
-    args: tuple[str, ...]  # the first few args fingerprints it answered: were they varied?
-    calls: int  # calls of the tool it answered in a row
-
-
-class Step(NamedTuple):
-    """A counted (call, result) pair: the unit a streak is made of (SPEC §0, §2).
-
-    A tuple: steps are compared on every counted step, against the last one and the
-    recent ones, and a tuple compares in C.
-    """
-
-    tool: str
-    args: str  # the args fingerprint
-    result: str  # the result fingerprint
-
-
-@final
-@dataclass(slots=True, kw_only=True)
-class RequestState:
-    """Everything the guard remembers about one request of one conversation.
-
-    Treated as immutable: the engine never changes a state, every transition returns a
-    new one (not `frozen=True` only because frozen construction doubles the cost of a
-    step). `to_dict`/`from_dict` give a JSON-safe form for checkpointing.
-    """
-
-    request_id: str | None = None
-    last: Step | None = None
-    streak: int = 0
-    warned: bool = False
-    blocks: int = 0
-    steer: Steer | None = None  # due before the model's next call
-    stopped: StopKind | None = None
-    stop_tool: str = ""
-    batch: tuple[_Entry, ...] = ()
-    batch_explicit: bool = False
-    settled: tuple[_Entry, ...] = ()  # the last settled batch: late siblings ask it
-    # Beyond Pi (SPEC §8). `recent` is the only memory that outlives a request: the
-    # last counted steps of the conversation, for interleaved repeats.
-    recent: tuple[Step, ...] = ()
-    counted: int = 0  # steps counted in this request
-    runs: tuple[int, ...] = ()  # per cycle period 2, 3, ...: steps matching one period back
-    cycle_warned: bool = False
-    # Level 0 when a return must not resume a streak: a cycle's steps (the cycle
-    # escalates) and interleaved repeats. Every entry counts toward its backstop.
-    steered: tuple[_Steered, ...] = ()
-    unknown: tuple[str, ...] = ()  # tools found not to exist
-    available: tuple[str, ...] = ()  # the tools that do, as the tool node listed them
-    failing: tuple[_Failing, ...] = ()
-
-    @property
-    def awaiting(self) -> tuple[Call, ...]:
-        """Calls of the open batch still waiting for a result (and not refused)."""
-        return tuple(entry.call for entry in self.batch if entry.outcome in _UNANSWERED)
-
-    @property
-    def latest(self) -> tuple[Call, ...]:
-        """Calls of the open batch, then of the last settled one: the latest responses."""
-        return tuple(entry.call for entry in (*self.batch, *self.settled))
-
-    @property
-    def steer_pending(self) -> bool:
-        """Whether a steer message is due before the model's next call."""
-        return self.steer is not None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe snapshot (call args are not kept, only their fingerprints)."""
-        steer = self.steer
-        return {
-            "request_id": self.request_id,
-            "last": None if self.last is None else self.last._asdict(),
-            "streak": self.streak,
-            "warned": self.warned,
-            "blocks": self.blocks,
-            "steer": None
-            if steer is None
-            else [
-                steer.reason,
-                steer.message,
-                steer.streak,
-                steer.call.tool,
-                steer.call.fingerprint,
-            ],
-            "stopped": self.stopped,
-            "stop_tool": self.stop_tool,
-            "batch": _entries_to_json(self.batch),
-            "batch_explicit": self.batch_explicit,
-            "settled": _entries_to_json(self.settled),
-            "recent": [list(step) for step in self.recent],
-            "counted": self.counted,
-            "runs": list(self.runs),
-            "cycle_warned": self.cycle_warned,
-            "steered": [[list(entry.step), *entry[1:]] for entry in self.steered],
-            "unknown": list(self.unknown),
-            "available": list(self.available),
-            "failing": [[e.tool, e.error, list(e.args), e.calls] for e in self.failing],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> RequestState:
-        """Rebuild a state from `to_dict` output; `None` or `{}` gives a fresh state."""
-        if not data:
-            return cls()
-        last = None if data.get("last") is None else Step(**data["last"])
-        steer = data.get("steer")
-        if steer is None and data.get("steer_pending") and last is not None:  # older snapshot
-            steer = ["repeat", _messages.steer_text(last.tool, data["streak"]), data["streak"]]
-        return cls(
-            request_id=data.get("request_id"),
-            last=last,
-            streak=int(data.get("streak", 0)),
-            warned=bool(data.get("warned", False)),
-            blocks=int(data.get("blocks", 0)),
-            steer=None if steer is None or last is None else _steer_from_json(last, steer),
-            stopped=data.get("stopped"),
-            stop_tool=str(data.get("stop_tool", "")),
-            batch=_entries_from_json(data.get("batch", ())),
-            batch_explicit=bool(data.get("batch_explicit", False)),
-            settled=_entries_from_json(data.get("settled", ())),
-            recent=tuple(map(Step._make, data.get("recent", ()))),
-            counted=int(data.get("counted", 0)),
-            runs=tuple(int(n) for n in data.get("runs", ())),
-            cycle_warned=bool(data.get("cycle_warned", False)),
-            steered=tuple(_steered_from_json(row) for row in data.get("steered", ())),
-            unknown=tuple(data.get("unknown", ())),
-            available=tuple(data.get("available", ())),
-            failing=tuple(
-                _Failing(str(tool), str(error), tuple(args), int(calls))
-                for tool, error, args, calls in data.get("failing", ())
-            ),
-        )
 
 
 Transition = tuple[RequestState, tuple[Decision, ...]]
@@ -261,12 +112,16 @@ class Engine:
         """
         if not self.config.enabled or state.stopped is not None:
             return state, ()
-        fresh = [c for c in calls if _find(state, c.key) is None and _settled(state, c.key) is None]
+        fresh = [
+            c
+            for c in calls
+            if find_entry(state, c.key) is None and settled_entry(state, c.key) is None
+        ]
         if not fresh:
             return state, ()
         state, decisions = self._settle(state)
-        entries = tuple(_Entry(call=c) for c in fresh)
-        return _evolve(state, batch=entries, batch_explicit=True), decisions
+        entries = tuple(Entry(call=c) for c in fresh)
+        return evolve(state, batch=entries, batch_explicit=True), decisions
 
     def check_call(self, state: RequestState, call: Call) -> Verdict:
         """Decide, before it runs, whether `call` may run (SPEC §3.2, §8).
@@ -282,24 +137,24 @@ class Engine:
         config = self.config
         if not config.enabled:
             return state, Proceed(call=call), ()
-        settled = _settled(state, call.key)
+        settled = settled_entry(state, call.key)
         if settled is not None:  # a sibling asking after its batch was settled
             if settled.block is not None:
                 return state, settled.block, ()
             return state, Proceed(call=call), ()
-        entry = _find(state, call.key)
+        entry = find_entry(state, call.key)
         if state.stopped is not None:
             if entry is None:
                 return state, self._stop(state, call), ()
-            if entry.outcome in (*_UNANSWERED, _NOT_RUN):
+            if entry.outcome in (*UNANSWERED, NOT_RUN):
                 not_run = Block(
                     call=call,
                     message=_messages.not_run_text(),
                     streak=state.streak,
                     blocks=state.blocks,
                 )
-                batch = _answered(state.batch, call, _NOT_RUN, not_run)
-                return _evolve(state, batch=batch), not_run, ()
+                batch = _answered(state.batch, call, NOT_RUN, not_run)
+                return evolve(state, batch=batch), not_run, ()
         if entry is not None and entry.outcome is not None:  # decided before
             if entry.block is not None:
                 return state, entry.block, ()
@@ -308,11 +163,11 @@ class Engine:
         block = None if config.ignores(call.tool) else self._refusal(state, call)
         if block is None:
             proceed = Proceed(call=call)
-            batch = _answered(state.batch, call, _ALLOWED)
-            return _evolve(state, batch=batch), proceed, (*decisions, proceed)
+            batch = _answered(state.batch, call, ALLOWED)
+            return evolve(state, batch=batch), proceed, (*decisions, proceed)
         block = dataclasses.replace(block, blocks=state.blocks + 1)
-        batch = _answered(state.batch, call, _BLOCKED, block)
-        state = _evolve(state, blocks=block.blocks, batch=batch)
+        batch = _answered(state.batch, call, BLOCKED, block)
+        state = evolve(state, blocks=block.blocks, batch=batch)
         if state.blocks >= config.abort_threshold:
             state = _stopped(state, "abort", call.tool)
             return state, block, (*decisions, block, self._stop(state, call))
@@ -347,15 +202,15 @@ class Engine:
         Recording the same call twice has no effect, so adapters may overlap.
         """
         config = self.config
-        if not config.enabled or _settled(state, call.key) is not None:
+        if not config.enabled or settled_entry(state, call.key) is not None:
             return state, ()
-        entry = _find(state, call.key)
-        if entry is not None and entry.outcome not in _UNANSWERED:
+        entry = find_entry(state, call.key)
+        if entry is not None and entry.outcome not in UNANSWERED:
             return state, ()
         state, decisions = self._admit(state, call)
         if result.available_tools is not None and config.detect_unknown_tools:
             # The tool does not exist: from now on its calls are one call, whatever the args.
-            state = _evolve(
+            state = evolve(
                 state,
                 unknown=state.unknown
                 if call.tool in state.unknown
@@ -366,12 +221,12 @@ class Engine:
                 tool=call.tool, fingerprint=_UNKNOWN_ARGS, args=call.args, id=call.id, key=call.key
             )
         elif call.tool in state.unknown:  # it exists after all (tools can be added)
-            state = _evolve(state, unknown=tuple(t for t in state.unknown if t != call.tool))
+            state = evolve(state, unknown=tuple(t for t in state.unknown if t != call.tool))
         ignored = config.ignores(call.tool, is_error=result.is_error)
-        outcome = _ERROR + result.fingerprint if result.is_error else result.fingerprint
-        batch = _answered(state.batch, call, _IGNORED if ignored else outcome)
+        outcome = ERROR + result.fingerprint if result.is_error else result.fingerprint
+        batch = _answered(state.batch, call, IGNORED if ignored else outcome)
         if not _complete(batch):
-            return _evolve(state, batch=batch), decisions
+            return evolve(state, batch=batch), decisions
         state, settled = self._settle(state, batch)  # settled at once: one new state
         return state, (*decisions, *settled)
 
@@ -385,7 +240,7 @@ class Engine:
         """Whether every one of these calls (by `Call.key`) was checked already in this
         batch or the last."""
         for key in keys:
-            entry = _find(state, key) or _settled(state, key)
+            entry = find_entry(state, key) or settled_entry(state, key)
             if entry is None or entry.outcome is None:
                 return False
         return True
@@ -393,13 +248,13 @@ class Engine:
     def declared(self, state: RequestState, key: str) -> bool:
         """Whether the call with this `Call.key` belongs to the open batch or the last
         settled one: the state has seen its response."""
-        return _find(state, key) is not None or _settled(state, key) is not None
+        return find_entry(state, key) is not None or settled_entry(state, key) is not None
 
     def take_steer(self, state: RequestState) -> tuple[RequestState, Steer | None]:
         """Claim the pending steer for delivery; later claims get `None` (once per streak)."""
         if state.steer is None:
             return state, None
-        return _evolve(state, steer=None), state.steer
+        return evolve(state, steer=None), state.steer
 
     def stop_of(self, state: RequestState) -> Stop | None:
         """The `Stop` that ended this request, if it has ended."""
@@ -408,7 +263,7 @@ class Engine:
         return self._stop(state, Call(tool=state.stop_tool, fingerprint=""))
 
     def _follow_errors(
-        self, state: RequestState, ran: Sequence[_Entry]
+        self, state: RequestState, ran: Sequence[Entry]
     ) -> tuple[RequestState, tuple[str, ...]]:
         """Follow the errors the tools of a settled batch returned, in the model's order
         (SPEC §8 same error, any args); returns the tools found broken by this batch.
@@ -425,12 +280,12 @@ class Engine:
             if args == _UNKNOWN_ARGS or not config.detects_same_error(tool):
                 continue
             record = failing.get(tool)
-            if not outcome.startswith(_ERROR):  # it answered: judged by its args again
+            if not outcome.startswith(ERROR):  # it answered: judged by its args again
                 if record is not None:
                     del failing[tool]
                     steered = tuple(e for e in steered if e.step[:2] != (tool, _SAME_ERROR_ARGS))
             elif record is None or record.error != outcome:
-                failing[tool] = _Failing(tool, outcome, (args,), 1)
+                failing[tool] = Failing(tool, outcome, (args,), 1)
             else:
                 varied = len(record.args) >= _SAME_ERROR_VARIANTS or args in record.args
                 failing[tool] = record._replace(
@@ -441,9 +296,9 @@ class Engine:
             return state, ()
         was_broken = {r.tool for r in state.failing if self._broken(r)}
         broken = tuple(r.tool for r in records if self._broken(r) and r.tool not in was_broken)
-        return _evolve(state, failing=records, steered=steered), broken
+        return evolve(state, failing=records, steered=steered), broken
 
-    def _broken(self, record: _Failing) -> bool:
+    def _broken(self, record: Failing) -> bool:
         """Whether a tool's run of identical errors shows it failing whatever its args."""
         return (
             record.calls >= self.config.same_error_threshold
@@ -468,7 +323,7 @@ class Engine:
         """Make room for a call that no response declared: it joins an open undeclared
         batch, or starts a new one (a serial call) once the previous batch is settled.
         `_answered` then adds it to the batch."""
-        if _find(state, call.key) is not None:
+        if find_entry(state, call.key) is not None:
             return state, ()
         if state.batch_explicit or _complete(state.batch):
             return self._settle(state)
@@ -532,7 +387,7 @@ class Engine:
         streak = state.streak if streak is None else streak
         return Block(call=call, message=message, streak=streak, blocks=state.blocks, reason=reason)
 
-    def _settle(self, state: RequestState, entries: tuple[_Entry, ...] | None = None) -> Transition:
+    def _settle(self, state: RequestState, entries: tuple[Entry, ...] | None = None) -> Transition:
         """Close the batch (`entries`, when given, replace the state's): compare its last
         call in the model's order with the last step (SPEC §4)."""
         entries = state.batch if entries is None else entries
@@ -552,20 +407,20 @@ class Engine:
         )
         closed = {"batch": (), "batch_explicit": False, "settled": settled}
         if state.stopped is not None:  # the request is over: nothing more to count
-            return _evolve(state, **closed), ()
-        if config.use_terminate and all(e.outcome == _BLOCKED for e in entries):
-            state = _stopped(_evolve(state, **closed), "terminate", entries[-1].call.tool)
+            return evolve(state, **closed), ()
+        if config.use_terminate and all(e.outcome == BLOCKED for e in entries):
+            state = _stopped(evolve(state, **closed), "terminate", entries[-1].call.tool)
             return state, (self._stop(state, entries[-1].call),)
         # The batch's last call in the model's order is compared; ignored calls and calls
         # without a result are invisible. A blocked last call changes nothing: a block
         # never resets the streak (SPEC §3.2), even beside calls that ran.
-        visible = [e for e in entries if e.outcome not in (*_UNANSWERED, _IGNORED, _NOT_RUN)]
-        ran = [e for e in visible if e.outcome != _BLOCKED]
+        visible = [e for e in entries if e.outcome not in (*UNANSWERED, IGNORED, NOT_RUN)]
+        ran = [e for e in visible if e.outcome != BLOCKED]
         broken: tuple[str, ...] = ()
         # Only when some tool is failing: a healthy step costs one look at its outcome.
         if config.detect_same_error and (state.failing or _any_error(ran)):
             state, broken = self._follow_errors(state, ran)
-        counts_step = bool(visible) and visible[-1].outcome != _BLOCKED
+        counts_step = bool(visible) and visible[-1].outcome != BLOCKED
         siblings = ran[:-1] if counts_step else ran
         if siblings and config.escalate_ignored and state.steered:
             # Each run of a call the model was steered away from counts toward its
@@ -573,19 +428,19 @@ class Engine:
             steered = state.steered
             for sibling in siblings:
                 steered = _counted(steered, self._step(state, sibling))
-            state = _evolve(state, steered=steered)
+            state = evolve(state, steered=steered)
         steer = None
         if counts_step:
             step = self._step(state, ran[-1])
             state, returned = self._count(state, step, closed)
             state, steer = self._steer(state, step, ran[-1].call, returned)
         else:
-            state = _evolve(state, **closed)
+            state = evolve(state, **closed)
         if broken:
             state, steer = self._steer_broken(state, broken, ran, steer)
         return state, () if steer is None else (steer,)
 
-    def _step(self, state: RequestState, entry: _Entry) -> Step:
+    def _step(self, state: RequestState, entry: Entry) -> Step:
         """The step a call that ran makes, as the detectors compare it."""
         outcome = str(entry.outcome)
         return Step(entry.call.tool, self._identity(state, entry.call, outcome), outcome)
@@ -594,7 +449,7 @@ class Engine:
         self,
         state: RequestState,
         broken: tuple[str, ...],
-        ran: Sequence[_Entry],
+        ran: Sequence[Entry],
         steer: Steer | None,
     ) -> tuple[RequestState, Steer | None]:
         """Steer away from tools this batch showed broken whose calls were not the
@@ -616,7 +471,7 @@ class Engine:
         changes: dict[str, Any] = {"steered": steered}
         if steer is not None and state.steer is None:
             changes["steer"] = steer
-        return _evolve(state, **changes), steer
+        return evolve(state, **changes), steer
 
     def _count(
         self, state: RequestState, step: Step, changes: dict[str, Any]
@@ -659,7 +514,7 @@ class Engine:
             )
         changes["recent"] = (*recent, step)[-self.memory :]
         changes["counted"] = state.counted + 1
-        return _evolve(state, **changes), returned
+        return evolve(state, **changes), returned
 
     def _steer(
         self, state: RequestState, step: Step, call: Call, returned: bool
@@ -728,7 +583,7 @@ class Engine:
                 changes["steered"] = _remember(state.steered, step, 0, again=True, seen=seen)
         if steer is not None:
             changes["steer"] = steer
-        return (_evolve(state, **changes) if changes else state), steer
+        return (evolve(state, **changes) if changes else state), steer
 
     def _cycle(self, state: RequestState) -> tuple[tuple[Step, ...], int] | None:
         """The cycle the last steps go round, as (one lap of steps, laps), if any.
@@ -759,86 +614,12 @@ class Engine:
         return Stop(kind=kind, call=call, message=message, streak=state.streak, blocks=state.blocks)
 
 
-def _find(state: RequestState, key: str) -> _Entry | None:
-    for entry in state.batch:
-        if entry.call.key == key:
-            return entry
-    return None
+def _complete(batch: tuple[Entry, ...]) -> bool:
+    return all(entry.outcome not in UNANSWERED for entry in batch)
 
 
-def _complete(batch: tuple[_Entry, ...]) -> bool:
-    return all(entry.outcome not in _UNANSWERED for entry in batch)
-
-
-def _evolve(state: RequestState, **changes: Any) -> RequestState:
-    """A new state with some fields changed (`dataclasses.replace`, spelled out: it runs
-    several times per step, and the generic version costs more than the rest)."""
-    clone = RequestState(
-        request_id=state.request_id,
-        last=state.last,
-        streak=state.streak,
-        warned=state.warned,
-        blocks=state.blocks,
-        steer=state.steer,
-        stopped=state.stopped,
-        stop_tool=state.stop_tool,
-        batch=state.batch,
-        batch_explicit=state.batch_explicit,
-        settled=state.settled,
-        recent=state.recent,
-        counted=state.counted,
-        runs=state.runs,
-        cycle_warned=state.cycle_warned,
-        steered=state.steered,
-        unknown=state.unknown,
-        available=state.available,
-        failing=state.failing,
-    )
-    for name, value in changes.items():
-        setattr(clone, name, value)
-    return clone
-
-
-def _settled(state: RequestState, key: str) -> _Entry | None:
-    for entry in state.settled:
-        if entry.call.key == key:
-            return entry
-    return None
-
-
-def _entries_to_json(entries: tuple[_Entry, ...]) -> list[list[Any]]:
-    return [
-        [e.call.key, e.call.tool, e.call.fingerprint, e.outcome]
-        + (
-            []
-            if e.block is None
-            else [e.block.message, e.block.reason, e.block.streak, e.block.blocks]
-        )
-        for e in entries
-    ]
-
-
-def _entries_from_json(rows: Any) -> tuple[_Entry, ...]:
-    entries = []
-    for key, tool, fingerprint, outcome, *refusal in rows:
-        call = Call(key=key, tool=tool, fingerprint=fingerprint)
-        block = None
-        if refusal:
-            message, reason, streak, blocks = refusal
-            block = Block(call=call, message=message, reason=reason, streak=streak, blocks=blocks)
-        entries.append(_Entry(call=call, outcome=outcome, block=block))
-    return tuple(entries)
-
-
-def _steer_from_json(last: Step, row: Any) -> Steer:
-    reason, message, streak, *called = row
-    tool, fingerprint = called or (last.tool, last.args)  # older snapshots: the last step
-    call = Call(tool=tool, fingerprint=fingerprint)
-    return Steer(call=call, message=message, streak=int(streak), reason=reason)
-
-
-def _any_error(entries: Sequence[_Entry]) -> bool:
-    return any(str(entry.outcome).startswith(_ERROR) for entry in entries)
+def _any_error(entries: Sequence[Entry]) -> bool:
+    return any(str(entry.outcome).startswith(ERROR) for entry in entries)
 
 
 def _trailing_run(steps: tuple[Step, ...]) -> int:
@@ -861,33 +642,24 @@ def _progressing(steps: tuple[Step, ...]) -> bool:
 
 
 def _remember(
-    steered: tuple[_Steered, ...],
+    steered: tuple[Steered, ...],
     step: Step,
     level: int,
     *,
     again: bool,
     seen: int = 0,
     limit: int = 0,
-) -> tuple[_Steered, ...]:
+) -> tuple[Steered, ...]:
     """`steered` with `step` steered at `level`; its run count and the most lenient
     backstop limit are kept (the latest few steps are kept)."""
     previous = next((entry for entry in steered if entry.step == step), None)
     if previous is not None:
         seen, limit = max(seen, previous.seen), max(limit, previous.limit)
     kept = tuple(entry for entry in steered if entry.step != step)
-    return (*kept, _Steered(step, level, again, seen, limit))[-_STEERED_KEPT:]
+    return (*kept, Steered(step, level, again, seen, limit))[-_STEERED_KEPT:]
 
 
-def _steered_from_json(row: Any) -> _Steered:
-    # Older snapshots: no run count (the streak it was steered at), no limit (0: the
-    # backstop the configuration gives the tool).
-    step, level, again, *more = row
-    seen = int(more[0]) if more else int(level)
-    limit = int(more[1]) if len(more) > 1 else 0
-    return _Steered(Step._make(step), int(level), bool(again), seen, limit)
-
-
-def _counted(steered: tuple[_Steered, ...], step: Step) -> tuple[_Steered, ...]:
+def _counted(steered: tuple[Steered, ...], step: Step) -> tuple[Steered, ...]:
     """`steered` after one more counted step: the same step counts toward its backstop;
     the same call with another result is progress, and its steer is forgotten."""
     kept = []
@@ -905,17 +677,17 @@ def _block_text(state: RequestState, call: Call) -> str:
 
 
 def _answered(
-    batch: tuple[_Entry, ...], call: Call, outcome: str, block: Block | None = None
-) -> tuple[_Entry, ...]:
+    batch: tuple[Entry, ...], call: Call, outcome: str, block: Block | None = None
+) -> tuple[Entry, ...]:
     """The batch with `call`'s outcome set; a call not in it yet joins it at the end."""
     for index, entry in enumerate(batch):
         if entry.call.key == call.key:
             # The recorded call replaces the declared one: it carries the real args.
             kept = call if call.args is not None else entry.call
-            return (*batch[:index], _Entry(kept, outcome, block), *batch[index + 1 :])
-    return (*batch, _Entry(call, outcome, block))
+            return (*batch[:index], Entry(kept, outcome, block), *batch[index + 1 :])
+    return (*batch, Entry(call, outcome, block))
 
 
 def _stopped(state: RequestState, kind: StopKind, tool: str) -> RequestState:
     # A stop drops any steer still queued: the model will not be called again.
-    return _evolve(state, stopped=kind, stop_tool=tool, steer=None)
+    return evolve(state, stopped=kind, stop_tool=tool, steer=None)

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, final
 
 from loop_guard._config import LoopGuardConfig, resolve_config
-from loop_guard._engine import Engine, RequestState
+from loop_guard._engine import Engine
 from loop_guard._siblings import SharedRuns
+from loop_guard._state import RequestState
 from loop_guard._values import Block, Call, Decision, Proceed, Reason, Result, Steer, Stop
 
 logger = logging.getLogger("loop_guard")

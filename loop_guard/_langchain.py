@@ -23,11 +23,12 @@ from langgraph.types import Command
 
 from loop_guard import _messages
 from loop_guard._config import Normalizer
-from loop_guard._engine import Engine, RequestState
+from loop_guard._engine import Engine
 from loop_guard._fingerprint import args_fingerprint
 from loop_guard._guard import GuardEvent, LoopGuard
 from loop_guard._messages import GUARD_NAME
 from loop_guard._siblings import original_of, original_output
+from loop_guard._state import RequestState
 from loop_guard._values import Call, Decision, Proceed, Result, Stop
 
 STEER_MARK = "steer"

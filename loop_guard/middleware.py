@@ -24,7 +24,6 @@ from typing_extensions import override
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
-from loop_guard._engine import RequestState
 from loop_guard._guard import GuardEvent, LoopGuard
 from loop_guard._langchain import (
     answers_to,
@@ -41,6 +40,7 @@ from loop_guard._langchain import (
     stop_messages,
     thread_key,
 )
+from loop_guard._state import RequestState
 from loop_guard._values import Block, Call, Decision, LoopGuardAbort, Proceed
 
 if TYPE_CHECKING:

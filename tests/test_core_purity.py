@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ CORE = [
     "_guard",
     "_messages",
     "_siblings",
+    "_state",
     "_values",
     "_volatile",
 ]
@@ -39,3 +42,26 @@ def test_core_module_imports_no_framework(module: str) -> None:
         assert not name.startswith(("langchain", "langgraph", "pydantic")), name
         if name.startswith("loop_guard"):
             assert name.removeprefix("loop_guard.") in CORE, name
+
+
+def test_the_core_loads_without_langchain() -> None:
+    """`import loop_guard` and a whole decision through the core load no framework: the
+    adapters come in only when used."""
+    code = (
+        "import sys\n"
+        "from loop_guard import Call, LoopGuard, Result\n"
+        "guard = LoopGuard(block_threshold=2, warn_threshold=1)\n"
+        "for _ in range(2):\n"
+        "    call = Call.of('ls', {})\n"
+        "    verdict = guard.check_call('t', call)\n"
+        "    guard.record_result('t', call, Result.of('same'))\n"
+        "print(type(verdict).__name__)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('langchain', 'langchain_core', 'langgraph', 'pydantic')))\n"
+        "from loop_guard import guard_tools\n"
+        "print('langchain_core' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split("\n")[:3] == ["Block", "[]", "True"]

@@ -10,17 +10,17 @@ import pytest
 
 from loop_guard import (
     Call,
-    Engine,
     GuardEvent,
     LoopGuard,
     LoopGuardConfig,
     Proceed,
-    RequestState,
     Result,
     ToolPolicy,
     normalize_volatile,
 )
+from loop_guard._engine import Engine
 from loop_guard._langchain import result_of
+from loop_guard._state import RequestState
 
 THREAD = "t"
 

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loop_guard import _fingerprint, args_fingerprint, result_fingerprint
+from loop_guard import _fingerprint
+from loop_guard._fingerprint import args_fingerprint, result_fingerprint
 
 json_values = st.recursive(
     st.none()

@@ -22,10 +22,9 @@ from loop_guard import (
     LoopGuardConfig,
     LoopGuardMiddleware,
     Result,
-    args_fingerprint,
     guard_tools,
-    result_fingerprint,
 )
+from loop_guard._fingerprint import args_fingerprint, result_fingerprint
 from loop_guard._langchain import replay
 from loop_guard.testing import ScriptedChatModel, sequence, stubborn
 

@@ -1,0 +1,262 @@
+"""What the engine remembers about one request of one conversation, and its snapshot.
+
+The engine (`_engine.py`) is the only code that makes a new state; this module holds
+the state's shape and its JSON-safe form, so a checkpointed snapshot and the live
+state are one type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, final
+
+from loop_guard import _messages
+from loop_guard._values import Block, Call, Steer, StopKind
+
+# Outcomes of a batch entry besides a result fingerprint. No outcome yet: not checked.
+ALLOWED = "allowed"  # checked and let through; no result yet
+BLOCKED = "blocked"  # refused by a block (counted toward abort)
+NOT_RUN = "not_run"  # refused because the request had stopped (not counted)
+IGNORED = "ignored"  # a result the guard does not see (ignored tool or error)
+UNANSWERED = (None, ALLOWED)
+ERROR = "!"  # prefixed to an error result's fingerprint: steps know their errors
+
+
+class Entry(NamedTuple):
+    """A call of the open batch and what became of it so far (a tuple: made often)."""
+
+    call: Call
+    outcome: str | None = None  # None, one of the outcomes above, or a result fingerprint
+    block: Block | None = None  # the verdict of a blocked call, for siblings asking again
+
+
+class Steered(NamedTuple):
+    """A step the model was steered away from in this request (ignored steering)."""
+
+    step: Step
+    level: int  # the streak a return resumes from; 0: a return must not resume a streak
+    again: bool  # steered a second time already, on a return
+    seen: int  # identical runs so far in this request, toward the backstop
+    limit: int  # the run that is refused, when not the tool's backstop (0): a cycle's
+
+
+class Failing(NamedTuple):
+    """The one error a tool has returned for every call since it last did anything else."""
+
+    tool: str
+    error: str  # the error's outcome (its result fingerprint, marked as an error)
+    args: tuple[str, ...]  # the first few args fingerprints it answered: were they varied?
+    calls: int  # calls of the tool it answered in a row
+
+
+class Step(NamedTuple):
+    """A counted (call, result) pair: the unit a streak is made of (SPEC §0, §2).
+
+    A tuple: steps are compared on every counted step, against the last one and the
+    recent ones, and a tuple compares in C.
+    """
+
+    tool: str
+    args: str  # the args fingerprint
+    result: str  # the result fingerprint
+
+
+@final
+@dataclass(slots=True, kw_only=True)
+class RequestState:
+    """Everything the guard remembers about one request of one conversation.
+
+    Treated as immutable: the engine never changes a state, every transition returns a
+    new one (not `frozen=True` only because frozen construction doubles the cost of a
+    step). `to_dict`/`from_dict` give a JSON-safe form for checkpointing.
+    """
+
+    request_id: str | None = None
+    last: Step | None = None
+    streak: int = 0
+    warned: bool = False
+    blocks: int = 0
+    steer: Steer | None = None  # due before the model's next call
+    stopped: StopKind | None = None
+    stop_tool: str = ""
+    batch: tuple[Entry, ...] = ()
+    batch_explicit: bool = False
+    settled: tuple[Entry, ...] = ()  # the last settled batch: late siblings ask it
+    # Beyond Pi (SPEC §8). `recent` is the only memory that outlives a request: the
+    # last counted steps of the conversation, for interleaved repeats.
+    recent: tuple[Step, ...] = ()
+    counted: int = 0  # steps counted in this request
+    runs: tuple[int, ...] = ()  # per cycle period 2, 3, ...: steps matching one period back
+    cycle_warned: bool = False
+    # Level 0 when a return must not resume a streak: a cycle's steps (the cycle
+    # escalates) and interleaved repeats. Every entry counts toward its backstop.
+    steered: tuple[Steered, ...] = ()
+    unknown: tuple[str, ...] = ()  # tools found not to exist
+    available: tuple[str, ...] = ()  # the tools that do, as the tool node listed them
+    failing: tuple[Failing, ...] = ()
+
+    @property
+    def awaiting(self) -> tuple[Call, ...]:
+        """Calls of the open batch still waiting for a result (and not refused)."""
+        return tuple(entry.call for entry in self.batch if entry.outcome in UNANSWERED)
+
+    @property
+    def latest(self) -> tuple[Call, ...]:
+        """Calls of the open batch, then of the last settled one: the latest responses."""
+        return tuple(entry.call for entry in (*self.batch, *self.settled))
+
+    @property
+    def steer_pending(self) -> bool:
+        """Whether a steer message is due before the model's next call."""
+        return self.steer is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe snapshot (call args are not kept, only their fingerprints)."""
+        steer = self.steer
+        return {
+            "request_id": self.request_id,
+            "last": None if self.last is None else self.last._asdict(),
+            "streak": self.streak,
+            "warned": self.warned,
+            "blocks": self.blocks,
+            "steer": None
+            if steer is None
+            else [
+                steer.reason,
+                steer.message,
+                steer.streak,
+                steer.call.tool,
+                steer.call.fingerprint,
+            ],
+            "stopped": self.stopped,
+            "stop_tool": self.stop_tool,
+            "batch": entries_to_json(self.batch),
+            "batch_explicit": self.batch_explicit,
+            "settled": entries_to_json(self.settled),
+            "recent": [list(step) for step in self.recent],
+            "counted": self.counted,
+            "runs": list(self.runs),
+            "cycle_warned": self.cycle_warned,
+            "steered": [[list(entry.step), *entry[1:]] for entry in self.steered],
+            "unknown": list(self.unknown),
+            "available": list(self.available),
+            "failing": [[e.tool, e.error, list(e.args), e.calls] for e in self.failing],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> RequestState:
+        """Rebuild a state from `to_dict` output; `None` or `{}` gives a fresh state."""
+        if not data:
+            return cls()
+        last = None if data.get("last") is None else Step(**data["last"])
+        steer = data.get("steer")
+        if steer is None and data.get("steer_pending") and last is not None:  # older snapshot
+            steer = ["repeat", _messages.steer_text(last.tool, data["streak"]), data["streak"]]
+        return cls(
+            request_id=data.get("request_id"),
+            last=last,
+            streak=int(data.get("streak", 0)),
+            warned=bool(data.get("warned", False)),
+            blocks=int(data.get("blocks", 0)),
+            steer=None if steer is None or last is None else steer_from_json(last, steer),
+            stopped=data.get("stopped"),
+            stop_tool=str(data.get("stop_tool", "")),
+            batch=entries_from_json(data.get("batch", ())),
+            batch_explicit=bool(data.get("batch_explicit", False)),
+            settled=entries_from_json(data.get("settled", ())),
+            recent=tuple(map(Step._make, data.get("recent", ()))),
+            counted=int(data.get("counted", 0)),
+            runs=tuple(int(n) for n in data.get("runs", ())),
+            cycle_warned=bool(data.get("cycle_warned", False)),
+            steered=tuple(steered_from_json(row) for row in data.get("steered", ())),
+            unknown=tuple(data.get("unknown", ())),
+            available=tuple(data.get("available", ())),
+            failing=tuple(
+                Failing(str(tool), str(error), tuple(args), int(calls))
+                for tool, error, args, calls in data.get("failing", ())
+            ),
+        )
+
+
+def evolve(state: RequestState, **changes: Any) -> RequestState:
+    """A new state with some fields changed (`dataclasses.replace`, spelled out: it runs
+    several times per step, and the generic version costs more than the rest)."""
+    clone = RequestState(
+        request_id=state.request_id,
+        last=state.last,
+        streak=state.streak,
+        warned=state.warned,
+        blocks=state.blocks,
+        steer=state.steer,
+        stopped=state.stopped,
+        stop_tool=state.stop_tool,
+        batch=state.batch,
+        batch_explicit=state.batch_explicit,
+        settled=state.settled,
+        recent=state.recent,
+        counted=state.counted,
+        runs=state.runs,
+        cycle_warned=state.cycle_warned,
+        steered=state.steered,
+        unknown=state.unknown,
+        available=state.available,
+        failing=state.failing,
+    )
+    for name, value in changes.items():
+        setattr(clone, name, value)
+    return clone
+
+
+def find_entry(state: RequestState, key: str) -> Entry | None:
+    for entry in state.batch:
+        if entry.call.key == key:
+            return entry
+    return None
+
+
+def settled_entry(state: RequestState, key: str) -> Entry | None:
+    for entry in state.settled:
+        if entry.call.key == key:
+            return entry
+    return None
+
+
+def entries_to_json(entries: tuple[Entry, ...]) -> list[list[Any]]:
+    return [
+        [e.call.key, e.call.tool, e.call.fingerprint, e.outcome]
+        + (
+            []
+            if e.block is None
+            else [e.block.message, e.block.reason, e.block.streak, e.block.blocks]
+        )
+        for e in entries
+    ]
+
+
+def entries_from_json(rows: Any) -> tuple[Entry, ...]:
+    entries = []
+    for key, tool, fingerprint, outcome, *refusal in rows:
+        call = Call(key=key, tool=tool, fingerprint=fingerprint)
+        block = None
+        if refusal:
+            message, reason, streak, blocks = refusal
+            block = Block(call=call, message=message, reason=reason, streak=streak, blocks=blocks)
+        entries.append(Entry(call=call, outcome=outcome, block=block))
+    return tuple(entries)
+
+
+def steer_from_json(last: Step, row: Any) -> Steer:
+    reason, message, streak, *called = row
+    tool, fingerprint = called or (last.tool, last.args)  # older snapshots: the last step
+    call = Call(tool=tool, fingerprint=fingerprint)
+    return Steer(call=call, message=message, streak=int(streak), reason=reason)
+
+
+def steered_from_json(row: Any) -> Steered:
+    # Older snapshots: no run count (the streak it was steered at), no limit (0: the
+    # backstop the configuration gives the tool).
+    step, level, again, *more = row
+    seen = int(more[0]) if more else int(level)
+    limit = int(more[1]) if len(more) > 1 else 0
+    return Steered(Step._make(step), int(level), bool(again), seen, limit)
