@@ -245,6 +245,14 @@ class Engine:
                 return False
         return True
 
+    def needs_result(self, state: RequestState, key: str) -> bool:
+        """Whether recording a result for the call with this `Call.key` would count:
+        it is not in the latest batches, or it is there still waiting for a result."""
+        if not self.config.enabled or settled_entry(state, key) is not None:
+            return False
+        entry = find_entry(state, key)
+        return entry is None or entry.outcome in UNANSWERED
+
     def declared(self, state: RequestState, key: str) -> bool:
         """Whether the call with this `Call.key` belongs to the open batch or the last
         settled one: the state has seen its response."""

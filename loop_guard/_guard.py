@@ -7,7 +7,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, final
+from typing import Any, Literal, TypeVar, final
 
 from loop_guard._config import LoopGuardConfig, resolve_config
 from loop_guard._engine import Engine
@@ -16,6 +16,8 @@ from loop_guard._state import RequestState
 from loop_guard._values import Block, Call, Decision, Proceed, Reason, Result, Steer, Stop
 
 logger = logging.getLogger("loop_guard")
+
+_T = TypeVar("_T")
 
 _CATCH_UP_TRIES = 4  # other threads' transitions interleaved with a catch-up, at most
 
@@ -218,39 +220,27 @@ class LoopGuard:
             if sink not in self._sinks:
                 self._sinks = (*self._sinks, sink)
 
+    def session(self, conversation: str) -> Session:
+        """The transitions of one conversation whose state this guard keeps."""
+        return Session(self, conversation)
+
+    def detached(self, conversation: str, snapshot: Mapping[str, Any] | None) -> Session:
+        """The transitions of a conversation whose state the caller keeps, as a snapshot
+        (`RequestState.to_dict`), e.g. in a checkpoint.
+
+        Its decisions are published when it is closed, once even when the caller runs
+        the same transitions again on the same snapshot (a retried model call): use it
+        as a context manager, then read the new `snapshot()`.
+        """
+        return Session(self, conversation, RequestState.from_dict(snapshot))
+
     def start_request(self, conversation: str, request_id: str) -> None:
         """Begin a request, unless `request_id` is the conversation's current request.
 
         Idempotent, so several adapters may announce the same request. Everything
         resets but the conversation's recent steps (SPEC §5).
         """
-        with self._lock:
-            state = self._states.get(conversation)
-            if state is None or state.request_id != request_id:
-                self._store(conversation, self.engine.start_request(state, request_id))
-
-    def catch_up(
-        self,
-        conversation: str,
-        update: Callable[[RequestState | None], RequestState | None],
-    ) -> None:
-        """Bring the conversation's state up to date with what happened elsewhere.
-
-        `update` gets the state held (`None` when none is) and returns the state the
-        conversation's history shows, or `None` when the held one is current. It runs
-        outside the lock (it may replay a long history); its answer is stored only if
-        no other thread changed the state meanwhile, else it is asked again.
-        """
-        for _ in range(_CATCH_UP_TRIES):
-            with self._lock:
-                held = self._states.get(conversation)
-            fresh = update(held)
-            if fresh is None:
-                return
-            with self._lock:
-                if self._states.get(conversation) is held:
-                    self._store(conversation, fresh)
-                    return
+        self.session(conversation).start_request(request_id)
 
     def end_request(self, conversation: str) -> None:
         """Forget a conversation whose request has finished (frees its memory)."""
@@ -259,30 +249,13 @@ class LoopGuard:
             self._node_served.discard(conversation)
             self._published.pop(conversation, None)
 
-    def note_node(self, conversation: str) -> None:
-        """A graph node delivers this conversation's steers as messages of their own."""
-        with self._lock:
-            if conversation in self._states:
-                self._node_served.add(conversation)
-
-    def has_node(self, conversation: str) -> bool:
-        """Whether a graph node delivers this conversation's steers (see `note_node`)."""
-        return conversation in self._node_served
-
     def open_batch(self, conversation: str, calls: Sequence[Call]) -> None:
         """Declare the calls of one model response, in the model's order (SPEC §4)."""
-        with self._lock:
-            state, decisions = self.engine.open_batch(self._state(conversation), calls)
-            self._store(conversation, state)
-        self.emit(conversation, decisions)
+        self.session(conversation).open_batch(calls)
 
     def check_call(self, conversation: str, call: Call) -> Proceed | Block | Stop:
         """Decide whether `call` may run; atomic, so racing identical calls cannot slip by."""
-        with self._lock:
-            state, verdict, decisions = self.engine.check_call(self._state(conversation), call)
-            self._store(conversation, state)
-        self.emit(conversation, decisions)
-        return verdict
+        return self.session(conversation).check_call(call)
 
     def check_batch(self, conversation: str, calls: Sequence[Call]) -> list[Proceed | Block | Stop]:
         """Declare a model response and decide all its calls at once, in its order.
@@ -290,49 +263,25 @@ class LoopGuard:
         Checking calls already decided returns their verdicts again, so every sibling
         may ask for the whole batch.
         """
-        with self._lock:
-            state, verdicts, decisions = self.engine.check_batch(self._state(conversation), calls)
-            self._store(conversation, state)
-        self.emit(conversation, decisions)
-        return verdicts
-
-    def decided(self, conversation: str, keys: Sequence[str]) -> bool:
-        """Whether every one of these calls has its verdict already (by `Call.key`)."""
-        with self._lock:
-            return self.engine.decided(self._state(conversation), keys)
-
-    def latest_calls(self, conversation: str) -> tuple[Call, ...]:
-        """The calls of the conversation's open batch, then of the last settled one."""
-        with self._lock:
-            return self._state(conversation).latest
+        return self.session(conversation).check_batch(calls)
 
     def record_result(self, conversation: str, call: Call, result: Result) -> None:
         """Record a call's result; recording the same call twice has no effect."""
-        with self._lock:
-            state, decisions = self.engine.record_result(self._state(conversation), call, result)
-            self._store(conversation, state)
-        self.emit(conversation, decisions)
+        self.session(conversation).record_result(call, result)
 
     def settle(self, conversation: str) -> None:
         """Close the open batch now, counting the calls that have results."""
-        with self._lock:
-            state, decisions = self.engine.settle(self._state(conversation))
-            self._store(conversation, state)
-        self.emit(conversation, decisions)
+        self.session(conversation).settle()
 
     def take_steer(self, conversation: str) -> Steer | None:
         """Claim the pending steer message for delivery; once per streak."""
-        with self._lock:
-            state, steer = self.engine.take_steer(self._state(conversation))
-            self._store(conversation, state)
-        return steer
+        return self.session(conversation).take_steer()
 
     def stop_of(self, conversation: str) -> Stop | None:
         """The `Stop` that ended the conversation's current request, if any."""
-        with self._lock:
-            return self.engine.stop_of(self._state(conversation))
+        return self.session(conversation).stop
 
-    def emit(self, conversation: str, decisions: Iterable[Decision]) -> None:
+    def _emit(self, conversation: str, decisions: Iterable[Decision]) -> None:
         """Count each decision; log and publish each warning, block and stop as an event.
 
         Published to `on_event` and to every subscribed sink; a failing receiver is
@@ -350,8 +299,8 @@ class LoopGuard:
             level = logging.INFO if event.kind in ("warn", "block") else logging.WARNING
             self._publish(event, level)
 
-    def emit_once(self, conversation: str, turn: object, decisions: Iterable[Decision]) -> None:
-        """`emit`, without what this conversation's `turn` published already.
+    def _emit_once(self, conversation: str, turn: object, decisions: Iterable[Decision]) -> None:
+        """`_emit`, without what this conversation's `turn` published already.
 
         For adapters whose hooks other middleware may run again with the same input
         (a model call retried, or handed to a fallback model): the decisions they reach
@@ -371,7 +320,7 @@ class LoopGuard:
             self._published[conversation] = (turn, published)
             while len(self._published) > self.max_conversations:
                 self._published.popitem(last=False)
-        self.emit(conversation, fresh)
+        self._emit(conversation, fresh)
 
     def report_fault(self, conversation: str | None, error: BaseException) -> None:
         """The guard failed on an event: the agent goes on unguarded for that event.
@@ -422,6 +371,194 @@ class LoopGuard:
         while len(self._states) > self.max_conversations:
             forgotten, _ = self._states.popitem(last=False)
             self._node_served.discard(forgotten)
+
+
+@final
+class Session:
+    """One conversation's transitions, as its adapters make them.
+
+    Each method runs one engine transition atomically, keeps the new state and
+    publishes the decisions it reached (counted in `stats`, logged, sent to `on_event`),
+    so an adapter only acts on what a method returns. Made by `LoopGuard.session` (the
+    guard keeps the state) or `LoopGuard.detached` (the caller keeps it as a snapshot).
+
+    Example:
+        >>> guard = LoopGuard(warn_threshold=2)
+        >>> session = guard.session("thread-1")
+        >>> for n in range(2):
+        ...     call = Call.of("ls", {}, id=f"call_{n}")
+        ...     _ = session.check_call(call)
+        ...     session.record_result(call, Result.of("empty"))
+        >>> session.take_steer().streak, guard.stats.warnings
+        (2, 1)
+    """
+
+    __slots__ = ("_decisions", "_detached", "_engine", "_guard", "_state", "conversation")
+
+    def __init__(
+        self, guard: LoopGuard, conversation: str, state: RequestState | None = None
+    ) -> None:
+        self._guard = guard
+        self._engine = guard.engine
+        self.conversation = conversation
+        self._detached = state is not None
+        self._state = state or RequestState()
+        self._decisions: list[Decision] = []  # a detached session's, published on close
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Publish a detached session's decisions, once per point of its request."""
+        if self._decisions:
+            turn = (self._state.request_id, self._state.counted)
+            decisions, self._decisions = self._decisions, []
+            self._guard._emit_once(self.conversation, turn, decisions)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state as a JSON-safe snapshot (`RequestState.to_dict`)."""
+        return self.state.to_dict()
+
+    @property
+    def state(self) -> RequestState:
+        """The conversation's current request state."""
+        if self._detached:
+            return self._state
+        with self._guard._lock:
+            return self._guard._state(self.conversation)
+
+    @property
+    def stop(self) -> Stop | None:
+        """The `Stop` that ended the current request, if it has ended."""
+        return self._engine.stop_of(self.state)
+
+    @property
+    def awaiting(self) -> tuple[Call, ...]:
+        """The calls of the open batch still waiting for a result (and not refused)."""
+        return self.state.awaiting
+
+    @property
+    def steer_due(self) -> bool:
+        """Whether a steer message is due before the model's next call."""
+        return self.state.steer_pending
+
+    @property
+    def latest_calls(self) -> tuple[Call, ...]:
+        """The calls of the open batch, then of the last settled one."""
+        return self.state.latest
+
+    def decided(self, keys: Sequence[str]) -> bool:
+        """Whether every one of these calls (by `Call.key`) has its verdict already."""
+        return self._engine.decided(self.state, keys)
+
+    def needs_result(self, call: Call) -> bool:
+        """Whether `call` still waits for its result: not recorded, nor refused, yet.
+
+        Lets an adapter skip reading a result another one recorded already.
+        """
+        return self._engine.needs_result(self.state, call.key)
+
+    @property
+    def served_by_node(self) -> bool:
+        """Whether a graph node delivers this conversation's steers (`serve_by_node`)."""
+        return self.conversation in self._guard._node_served
+
+    def serve_by_node(self) -> None:
+        """A graph node delivers this conversation's steers as messages of their own."""
+        with self._guard._lock:
+            if self.conversation in self._guard._states:
+                self._guard._node_served.add(self.conversation)
+
+    def verdict_of(self, call: Call) -> Proceed | Block | Stop | None:
+        """The verdict `call` already had, or `None` when it was not decided yet."""
+        state = self.state
+        if not self._engine.decided(state, [call.key]):
+            return None
+        return self._engine.check_call(state, call)[1]
+
+    def start_request(self, request_id: str) -> None:
+        """Begin a request, unless `request_id` is the current one (SPEC §5)."""
+
+        def start(state: RequestState) -> tuple[RequestState, None, tuple[Decision, ...]]:
+            if state.request_id == request_id:
+                return state, None, ()
+            return self._engine.start_request(state, request_id), None, ()
+
+        self._run(start)
+
+    def open_batch(self, calls: Sequence[Call]) -> None:
+        """Declare the calls of one model response, in the model's order (SPEC §4)."""
+        self._run(lambda state: _no_value(self._engine.open_batch(state, calls)))
+
+    def check_call(self, call: Call) -> Proceed | Block | Stop:
+        """Decide whether `call` may run; atomic, so racing identical calls cannot slip by."""
+        return self._run(lambda state: self._engine.check_call(state, call))
+
+    def check_batch(self, calls: Sequence[Call]) -> list[Proceed | Block | Stop]:
+        """Declare a model response and decide all its calls at once, in its order."""
+        return self._run(lambda state: self._engine.check_batch(state, calls))
+
+    def record_result(self, call: Call, result: Result) -> None:
+        """Record a call's result; recording the same call twice has no effect."""
+        self._run(lambda state: _no_value(self._engine.record_result(state, call, result)))
+
+    def settle(self) -> None:
+        """Close the open batch now, counting the calls that have results."""
+        self._run(lambda state: _no_value(self._engine.settle(state)))
+
+    def take_steer(self) -> Steer | None:
+        """Claim the pending steer message for delivery; once per streak."""
+        return self._run(lambda state: (*self._engine.take_steer(state), ()))
+
+    def catch_up(self, update: Callable[[RequestState | None], RequestState | None]) -> None:
+        """Bring the state up to date with what happened elsewhere (another process).
+
+        `update` gets the state held (`None` when none is) and returns the state the
+        conversation's history shows, or `None` when the held one is current. It runs
+        outside the lock (it may replay a long history); its answer is kept only if no
+        other thread changed the state meanwhile, else it is asked again.
+        """
+        guard = self._guard
+        for _ in range(_CATCH_UP_TRIES):
+            with guard._lock:
+                held = self._state if self._detached else guard._states.get(self.conversation)
+            fresh = update(held)
+            if fresh is None:
+                return
+            with guard._lock:
+                if self._detached:
+                    self._state = fresh
+                    return
+                if guard._states.get(self.conversation) is held:
+                    guard._store(self.conversation, fresh)
+                    return
+
+    def _run(
+        self, step: Callable[[RequestState], tuple[RequestState, _T, Sequence[Decision]]]
+    ) -> _T:
+        """Run one transition atomically, keep its state and publish its decisions."""
+        guard = self._guard
+        with guard._lock:
+            if self._detached:
+                self._state, value, decisions = step(self._state)
+            else:
+                state, value, decisions = step(guard._state(self.conversation))
+                guard._store(self.conversation, state)
+        if self._detached:
+            self._decisions.extend(decisions)
+        elif decisions:
+            guard._emit(self.conversation, decisions)
+        return value
+
+
+def _no_value(
+    transition: tuple[RequestState, Sequence[Decision]],
+) -> tuple[RequestState, None, Sequence[Decision]]:
+    state, decisions = transition
+    return state, None, decisions
 
 
 def _once_key(decision: Decision) -> object:

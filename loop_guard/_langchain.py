@@ -10,6 +10,8 @@ import asyncio
 import itertools
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import wait as wait_futures
 from typing import Any, cast
@@ -86,9 +88,29 @@ def call_of(tool_call: ToolCall) -> Call:
     return Call.of(tool_call["name"], tool_call.get("args", {}), id=tool_call.get("id"))
 
 
-def calls_of(message: AIMessage) -> list[Call]:
-    """The engine's calls for a model response, in the model's order (see `call_at`)."""
-    return [call_at(message, position) for position in range(len(message.tool_calls))]
+def calls_of(message: AIMessage) -> tuple[Call, ...]:
+    """The engine's calls for a model response, in the model's order (see `call_at`).
+
+    Each response is read once: the faces that look at the same response object (the
+    handler, the wrapped tools, the node, in one process) share its calls, so every
+    call's args are fingerprinted once.
+    """
+    with _read_lock:
+        found = _read.get(id(message))
+        if found is not None and found[0] is message:
+            _read.move_to_end(id(message))
+            return found[1]
+    calls = tuple(call_at(message, position) for position in range(len(message.tool_calls)))
+    with _read_lock:
+        _read[id(message)] = (message, calls)  # the message is held: its id stays its own
+        if len(_read) > _READ_KEPT:
+            _read.popitem(last=False)
+    return calls
+
+
+_READ_KEPT = 256  # responses whose calls are kept: the live ones of many conversations
+_read: OrderedDict[int, tuple[AIMessage, tuple[Call, ...]]] = OrderedDict()
+_read_lock = threading.Lock()
 
 
 def call_at(message: AIMessage, position: int) -> Call:

@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
-from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
-from langchain_core.runnables import RunnableConfig
 from typing_extensions import override
 
-from loop_guard._guard import LoopGuard
-from loop_guard._langchain import (
-    calls_of,
-    current_request,
-    dispatch_event,
-    error_result,
-    result_of,
-    thread_key,
-    thread_key_of_metadata,
-    up_to_date,
-    within_graph,
-)
+from loop_guard._conversation import RunTree, session_for
+from loop_guard._guard import LoopGuard, Session
+from loop_guard._langchain import calls_of, dispatch_event, error_result, result_of
 from loop_guard._values import Call, LoopGuardAbort, Result
 
 
@@ -49,7 +37,7 @@ class _StopIsNotAnError(logging.Filter):
 _QUIET_STOPS = _StopIsNotAnError()
 
 
-class LoopGuardCallbackHandler(BaseCallbackHandler):
+class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
     """Track steps from a run's callbacks: model responses, tool starts, ends and errors.
 
     Attach it to any runnable with `config={"callbacks": [handler]}`. It observes: it
@@ -59,8 +47,9 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
     `guard_tools` and `LoopGuardNode`; combined with them, no step is counted twice.
     `LoopGuardMiddleware` keeps its own state and needs no handler.
 
-    A conversation is the LangGraph thread (`configurable.thread_id`), else the
-    top-level run; a thread's requests start at each new user message.
+    A conversation is the LangGraph thread (`configurable.thread_id`) narrowed to the
+    graph a run is in, else the top-level run; a thread's requests start at each new
+    user message.
 
     Args:
         guard: The `LoopGuard` holding the conversations' state.
@@ -83,28 +72,12 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
         if not isinstance(given, LoopGuard):
             msg = f"guard must be a LoopGuard, got {type(given).__name__}"
             raise ValueError(msg)
+        super().__init__()
         self.guard = guard
         guard.subscribe(dispatch_event)
         logging.getLogger("langchain_core.callbacks.manager").addFilter(_QUIET_STOPS)
-        self._parents: dict[UUID, UUID | None] = {}
-        self._conversations: dict[UUID, str] = {}
-        self._tools: dict[UUID, tuple[str, Call]] = {}
+        self._tools: dict[UUID, tuple[Session, Call]] = {}
         self._claimed: dict[str, set[str]] = {}  # per conversation: calls a tool run answers
-        self._lock = threading.Lock()
-
-    def conversation_of(self, run_id: UUID | None) -> str | None:
-        """The conversation a live run belongs to: its thread, else its top-level run."""
-        with self._lock:
-            while run_id is not None:
-                if run_id in self._conversations:
-                    return self._conversations[run_id]
-                parent = self._parents.get(run_id, run_id)
-                if parent == run_id:
-                    return None  # a run this handler never saw
-                if parent is None:
-                    return f"run:{run_id}"
-                run_id = parent
-        return None
 
     @override
     def on_chain_start(
@@ -118,7 +91,7 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Remember where the run sits in the tree of runs."""
-        self._start(run_id, parent_run_id, metadata)
+        self.start(run_id, parent_run_id, metadata)
 
     @override
     def on_chat_model_start(
@@ -131,15 +104,14 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Announce the request the model is answering; refuse the call once it stopped."""
-        conversation = self._start(run_id, parent_run_id, metadata)
+        """Bring the conversation up to date; refuse the model call once it stopped."""
+        key = self.start(run_id, parent_run_id, metadata)
         stop = None
         try:
-            if conversation is not None and messages:
-                announce(self.guard, conversation, messages[0])
-                stop = self.guard.stop_of(conversation)
+            if key is not None and messages:
+                stop = session_for(self.guard, key, messages[0]).stop
         except Exception as error:
-            self.guard.report_fault(conversation, error)
+            self.guard.report_fault(str(key), error)
         if stop is not None:
             raise LoopGuardAbort(stop)
 
@@ -147,16 +119,15 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         """Declare the response's tool calls as one batch, in the model's order."""
         try:
-            conversation = self.conversation_of(run_id)
+            key = self.conversation_of(run_id)
             generation = response.generations[0][0] if response.generations else None
             if (
-                conversation is not None
+                key is not None
                 and isinstance(generation, ChatGeneration)
                 and isinstance(generation.message, AIMessage)
+                and generation.message.tool_calls
             ):
-                calls = calls_of(generation.message)
-                if calls:
-                    self.guard.open_batch(conversation, calls)
+                self.guard.session(str(key)).open_batch(calls_of(generation.message))
         except Exception as error:
             self.guard.report_fault(None, error)
         self._end(run_id)
@@ -178,20 +149,20 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Remember the call, to pair it with its result."""
-        conversation = self._start(run_id, parent_run_id, metadata)
+        """Pair the tool run with the call it answers."""
+        key = self.start(run_id, parent_run_id, metadata)
         try:
-            if conversation is not None:
+            if key is not None:
+                session = self.guard.session(str(key))
                 name = str((serialized or {}).get("name") or kwargs.get("name") or "")
-                args = inputs if inputs is not None else input_str
                 tool_call_id = kwargs.get("tool_call_id")
-                with self._lock:
-                    call = self._claim(conversation, tool_call_id, name)
-                    if call is None:  # a call no response of this run showed
-                        call = Call.of(name, args, id=tool_call_id)
-                    self._tools[run_id] = (conversation, call)
+                call = self._claim(session, tool_call_id, name)
+                if call is None:  # a call no response showed (a tool invoked directly)
+                    args = inputs if inputs is not None else input_str
+                    call = Call.of(name, args, id=tool_call_id)
+                self._tools[run_id] = (session, call)
         except Exception as error:
-            self.guard.report_fault(conversation, error)
+            self.guard.report_fault(str(key), error)
 
     @override
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -213,99 +184,35 @@ class LoopGuardCallbackHandler(BaseCallbackHandler):
         """Forget the run; a failed top-level run frees its conversation."""
         self._end(run_id)
 
-    def _start(
-        self, run_id: UUID, parent_run_id: UUID | None, metadata: dict[str, Any] | None
-    ) -> str | None:
-        with self._lock:
-            self._parents[run_id] = parent_run_id
-            key = thread_key_of_metadata(metadata)
-            if key is None and metadata and parent_run_id is not None:
-                # Outside a thread, a subgraph's runs (an agent run inside a tool) are a
-                # conversation of their own within the top-level run.
-                top = parent_run_id
-                while (parent := self._parents.get(top)) is not None:
-                    top = parent
-                graph = within_graph(f"run:{top}", metadata.get("langgraph_checkpoint_ns"))
-                key = None if graph == f"run:{top}" else graph
-            if key is not None:
-                self._conversations[run_id] = key
-        return self.conversation_of(run_id)
-
-    def _claim(self, conversation: str, tool_call_id: str | None, name: str) -> Call | None:
+    def _claim(self, session: Session, tool_call_id: str | None, name: str) -> Call | None:
         """The call of the latest responses that this tool run answers: the first one with
         its tool-call id and tool that no run claimed yet (a provider may repeat ids, so
         the id alone does not tell)."""
-        claimed = self._claimed.setdefault(conversation, set())
-        for call in self.guard.latest_calls(conversation):
+        claimed = self._claimed.setdefault(session.conversation, set())
+        for call in session.latest_calls:
             if call.id == (tool_call_id or "") and call.tool == name and call.key not in claimed:
                 claimed.add(call.key)
                 return call
         return None
 
     def _record(self, run_id: UUID, output: Any, result: Result | None) -> None:
-        with self._lock:
-            tracked = self._tools.pop(run_id, None)
+        tracked = self._tools.pop(run_id, None)
         try:
             if tracked is not None:
-                conversation, call = tracked
-                if result is None:
-                    result = result_of(output, self.guard.config.normalizers(call.tool))
-                self.guard.record_result(conversation, call, result)
+                session, call = tracked
+                if session.needs_result(call):
+                    if result is None:
+                        result = result_of(output, self.guard.config.normalizers(call.tool))
+                    session.record_result(call, result)
         except Exception as error:
             self.guard.report_fault(None, error)
         self._end(run_id)
 
     def _end(self, run_id: UUID) -> None:
-        with self._lock:
-            parent = self._parents.pop(run_id, None)
-            conversation = self._conversations.pop(run_id, None)
-            self._tools.pop(run_id, None)
-        if parent is None:
+        self._tools.pop(run_id, None)
+        ended = self.end(run_id)
+        if ended is not None:
             # A top-level run has ended: free its conversation. A thread that goes on later
             # (a new request, or a resume after an interrupt) is rebuilt from its history.
-            ended = conversation or f"run:{run_id}"
-            with self._lock:
-                self._claimed.pop(ended, None)
-            self.guard.end_request(ended)
-
-
-def announce(guard: LoopGuard, conversation: str, messages: Sequence[BaseMessage]) -> None:
-    """Bring the conversation's state up to date with its history (`up_to_date`).
-
-    A top-level run outside a thread is a single request seen from its start, so there
-    is nothing to catch up on.
-    """
-    if conversation.startswith("run:") or not guard.config.enabled:
-        return
-    guard.catch_up(conversation, lambda held: up_to_date(guard.engine, held, messages))
-
-
-def conversation_for(
-    guard: LoopGuard, config: RunnableConfig | None, messages: Sequence[BaseMessage]
-) -> str | None:
-    """The conversation key for a node or tool: the same one the handler would use.
-
-    The thread when there is one; else the top-level run, when a handler for this
-    guard is attached; else the request's user message.
-    """
-    thread = thread_key(config)
-    if thread is not None:
-        return thread
-    found = handler_for(guard, config)
-    if found is not None:
-        handler, callbacks = found
-        return handler.conversation_of(callbacks.parent_run_id)
-    request_id, _ = current_request(messages)
-    return None if request_id is None else f"request:{request_id}"
-
-
-def handler_for(
-    guard: LoopGuard, config: RunnableConfig | None
-) -> tuple[LoopGuardCallbackHandler, BaseCallbackManager] | None:
-    """The handler watching this run for `guard`, if one is attached, and its manager."""
-    callbacks = (config or {}).get("callbacks")
-    if isinstance(callbacks, BaseCallbackManager):
-        for handler in callbacks.handlers:
-            if isinstance(handler, LoopGuardCallbackHandler) and handler.guard is guard:
-                return handler, callbacks
-    return None
+            self._claimed.pop(str(ended), None)
+            self.guard.end_request(str(ended))

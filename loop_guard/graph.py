@@ -10,8 +10,10 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMes
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END
 from langgraph.types import Command
+from typing_extensions import assert_never
 
 from loop_guard import _messages
+from loop_guard._conversation import conversation_for, session_for
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
@@ -26,7 +28,6 @@ from loop_guard._langchain import (
     stop_messages,
 )
 from loop_guard._values import Block, Call, Proceed, Stop
-from loop_guard.callbacks import announce, conversation_for
 
 
 class LoopGuardNode:
@@ -122,8 +123,8 @@ class LoopGuardNode:
         return block_message(call.id, call.tool, text).model_copy(update={"id": answer_id})
 
     def _route(self, messages: Sequence[BaseMessage], config: RunnableConfig) -> Command[Any]:
-        conversation = conversation_for(self.guard, config, messages)
-        if conversation is None:
+        key = conversation_for(self.guard, config, messages)
+        if key is None:
             return Command(goto=self.next_node)
         ai_message, answers = last_batch(messages)
         # The last response's answers are this node's to record, with their decisions:
@@ -131,31 +132,36 @@ class LoopGuardNode:
         end = len(messages)
         while end > 0 and not isinstance(messages[end - 1], AIMessage):
             end -= 1
-        announce(self.guard, conversation, messages[:end])
+        session = session_for(self.guard, key, messages[:end])
         corrections: list[AnyMessage] = []
-        calls = calls_of(ai_message) if ai_message is not None else []
+        calls = calls_of(ai_message) if ai_message is not None else ()
         paired = answers_to(calls, answers)
         if calls:
             # Verdicts already given (by wrapped tools) come back unchanged; calls no
             # wrapper saw - an unknown tool, an unwrapped tool - are judged now, after
             # the fact: a refused one keeps its place but its result is withheld.
-            verdicts = self.guard.check_batch(conversation, calls)
+            verdicts = session.check_batch(calls)
             for call, verdict, answer in zip(calls, verdicts, paired, strict=True):
                 if answer is None:
                     continue
-                if isinstance(verdict, Proceed):
-                    result = result_of(answer, self.guard.config.normalizers(call.tool))
-                    self.guard.record_result(conversation, call, result)
-                elif not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it
-                    corrections.append(self._withheld(call, verdict, answer.id))
-            self.guard.settle(conversation)
-        self.guard.note_node(conversation)  # the steers of this conversation are ours
-        stop = self.guard.stop_of(conversation)
+                match verdict:
+                    case Proceed():
+                        if session.needs_result(call):  # else a wrapper recorded it
+                            normalizers = self.guard.config.normalizers(call.tool)
+                            session.record_result(call, result_of(answer, normalizers))
+                    case Block() | Stop():
+                        if not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it
+                            corrections.append(self._withheld(call, verdict, answer.id))
+                    case _:
+                        assert_never(verdict)
+            session.settle()
+        session.serve_by_node()  # the steers of this conversation are ours
+        stop = session.stop
         if stop is not None:
             answered = [answer is not None for answer in paired]
             ending = stop_messages(ai_message, answered, stop)
             return Command(goto=END, update={self.messages_key: [*corrections, *ending]})
-        steer = self.guard.take_steer(conversation)
+        steer = session.take_steer()
         if steer is not None:
             corrections.append(HumanMessage(content=steer.message, name=_messages.GUARD_NAME))
         if not corrections:

@@ -24,12 +24,12 @@ from typing_extensions import override
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
-from loop_guard._guard import GuardEvent, LoopGuard
+from loop_guard._conversation import ConversationKey, thread_of
+from loop_guard._guard import GuardEvent, LoopGuard, Session
 from loop_guard._langchain import (
     answers_to,
     ashared_run,
     block_message,
-    call_at,
     calls_of,
     dispatch_event,
     last_batch,
@@ -38,10 +38,8 @@ from loop_guard._langchain import (
     result_of,
     shared_run,
     stop_messages,
-    thread_key,
 )
-from loop_guard._state import RequestState
-from loop_guard._values import Block, Call, Decision, LoopGuardAbort, Proceed
+from loop_guard._values import Block, Call, LoopGuardAbort, Proceed
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
@@ -148,9 +146,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
         """Start a new request: everything resets but the recent steps (SPEC §5, §8)."""
-        previous = RequestState.from_dict(state.get("loop_guard"))
-        fresh = self.guard.engine.start_request(previous, uuid.uuid4().hex)
-        return {"loop_guard": fresh.to_dict()}
+        session = self.guard.detached(_conversation(state), state.get("loop_guard"))
+        session.start_request(uuid.uuid4().hex)
+        return {"loop_guard": session.snapshot()}
 
     @override
     def wrap_model_call(
@@ -203,11 +201,12 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """With `exit_behavior="error"`, raise `LoopGuardAbort` once the run has ended.
 
         Raised here, after the history was completed, so the thread stays valid. The
-        run's memory of published events (`LoopGuard.emit_once`) is released.
+        run's memory of published events (see `LoopGuard.detached`) is released.
         """
-        self.guard.end_request(_conversation(state))
+        conversation = _conversation(state)
+        self.guard.end_request(conversation)
         if self.exit_behavior == "error":
-            stop = self.guard.engine.stop_of(RequestState.from_dict(state.get("loop_guard")))
+            stop = self.guard.detached(conversation, state.get("loop_guard")).stop
             if stop is not None:
                 raise LoopGuardAbort(stop)
         return None
@@ -266,8 +265,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         return self.after_agent(state, runtime)
 
     def _check_response(
-        self, state: LoopGuardState[ResponseT], decisions: list[Decision]
-    ) -> dict[str, Any] | None:
+        self, state: LoopGuardState[ResponseT], session: Session
+    ) -> list[AnyMessage] | None:
         """Decide the last reply's calls; the refusals and the stop as messages.
 
         A call the reply answers itself (structured output: the agent answers an invalid
@@ -278,53 +277,43 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         message, given = last_batch(state["messages"])
         if message is None or not message.tool_calls:
             return None
-        engine = self.guard.engine
-        snapshot = RequestState.from_dict(state.get("loop_guard"))
         calls = calls_of(message)
-        snapshot, verdicts, decided = engine.check_batch(snapshot, calls)
-        decisions.extend(decided)
+        verdicts = session.check_batch(calls)
         answers: list[AnyMessage] = []
         answered = []
         for call, verdict, answer in zip(calls, verdicts, answers_to(calls, given), strict=True):
             if answer is not None and isinstance(verdict, Proceed):
-                snapshot = self._recorded(snapshot, call, answer, decisions)
+                self._record(session, call, answer)
             elif answer is None and isinstance(verdict, Block):
                 answers.append(block_message(call.id, call.tool, verdict.message))
             answered.append(answer is not None or isinstance(verdict, Block))
-        update: dict[str, Any] = {"loop_guard": snapshot.to_dict()}
-        stop = engine.stop_of(snapshot)
+        stop = session.stop
         if stop is not None:
             answers.extend(stop_messages(message, answered, stop))  # ends with the stop
-        if answers:
-            update["messages"] = answers
-        return update
+        return answers
 
     def _record_results(
-        self, state: LoopGuardState[ResponseT], decisions: list[Decision]
-    ) -> dict[str, Any] | None:
+        self, state: LoopGuardState[ResponseT], session: Session
+    ) -> list[AnyMessage] | None:
         """Record the last batch's results; a due steer as a message (also one due from
         calls the reply answered itself, recorded when it was decided)."""
-        snapshot = RequestState.from_dict(state.get("loop_guard"))
-        awaiting = {call.key for call in snapshot.awaiting}
+        awaiting = {call.key for call in session.awaiting}
         message, answers = last_batch(state["messages"])
-        if (not awaiting or message is None) and not snapshot.steer_pending:
+        if (not awaiting or message is None) and not session.steer_due:
             return None
-        engine = self.guard.engine
         if awaiting and message is not None:
-            # Rebuilt from the AI message, not the snapshot: the snapshot keeps no args.
+            # Read from the AI message, not the snapshot: the snapshot keeps no args.
             calls = calls_of(message)
             for call, answer in zip(calls, answers_to(calls, answers), strict=True):
                 if answer is not None and call.key in awaiting:
-                    snapshot = self._recorded(snapshot, call, answer, decisions)
-            snapshot, decided = engine.settle(snapshot)
-            decisions.extend(decided)
-        snapshot, steer = engine.take_steer(snapshot)
-        update: dict[str, Any] = {"loop_guard": snapshot.to_dict()}
-        if steer is not None:
-            update["messages"] = [HumanMessage(content=steer.message, name=_messages.GUARD_NAME)]
-        return update
+                    self._record(session, call, answer)
+            session.settle()
+        steer = session.take_steer()
+        if steer is None:
+            return []
+        return [HumanMessage(content=steer.message, name=_messages.GUARD_NAME)]
 
-    def _sharing(self, request: ToolCallRequest) -> tuple[str, Call, list[Call]] | None:
+    def _sharing(self, request: ToolCallRequest) -> tuple[str, Call, Sequence[Call]] | None:
         """The conversation, the call and its siblings when identical siblings may share."""
         if not self.guard.config.dedupe_siblings:
             return None
@@ -344,15 +333,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             self.guard.report_fault(None, error)
             return None
 
-    def _recorded(
-        self, snapshot: RequestState, call: Call, answer: ToolMessage, decisions: list[Decision]
-    ) -> RequestState:
-        """`snapshot` with `answer` recorded as `call`'s result; its decisions noted."""
-        engine = self.guard.engine
-        result = result_of(answer, engine.config.normalizers(call.tool))
-        snapshot, decided = engine.record_result(snapshot, call, result)
-        decisions.extend(decided)
-        return snapshot
+    def _record(self, session: Session, call: Call, answer: ToolMessage) -> None:
+        """Record `answer` as `call`'s result."""
+        session.record_result(call, result_of(answer, self.guard.config.normalizers(call.tool)))
 
     def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
         """The answer of a call the guard refused when it decided the reply, if refused.
@@ -362,7 +345,6 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         human approval) never answers a call a second time.
         """
         try:
-            snapshot = RequestState.from_dict(request.state.get("loop_guard"))
             message, _ = last_batch(messages_of(request.state))
             tool_call = request.tool_call
             position = (
@@ -372,11 +354,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             )
             if message is None or position is None:
                 return None
-            call = call_at(message, position)
-            engine = self.guard.engine
-            if not engine.decided(snapshot, [call.key]):
-                return None
-            _, verdict, _ = engine.check_call(snapshot, call)  # the verdict it already had
+            call = calls_of(message)[position]
+            snapshot = request.state.get("loop_guard")
+            verdict = self.guard.detached(_conversation(request.state), snapshot).verdict_of(call)
             if not isinstance(verdict, Block):
                 return None
             return block_message(call.id, call.tool, verdict.message)
@@ -386,24 +366,24 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
 
     def _fail_open(
         self,
-        hook: Callable[[LoopGuardState[ResponseT], list[Decision]], dict[str, Any] | None],
+        hook: Callable[[LoopGuardState[ResponseT], Session], list[AnyMessage] | None],
         state: LoopGuardState[ResponseT],
-        decisions: list[Decision],
-    ) -> dict[str, Any] | None:
+        session: Session,
+    ) -> list[AnyMessage] | None:
         """Run a hook; a fault of the guard is reported and the agent goes on unguarded."""
         try:
-            return hook(state, decisions)
+            return hook(state, session)
         except Exception as error:
-            self.guard.report_fault(_conversation(state), error)
+            self.guard.report_fault(session.conversation, error)
             return None
 
 
 def _conversation(state: LoopGuardState[Any]) -> str:
-    """The thread (with its graph namespace) when there is one, else this request."""
-    thread = thread_key(get_config())
-    if thread is not None:
-        return thread
-    return f"request:{(state.get('loop_guard') or {}).get('request_id')}"
+    """The thread (narrowed to the agent's graph) when there is one, else this request."""
+    key = thread_of(get_config())
+    if key is None:
+        key = ConversationKey("request", str((state.get("loop_guard") or {}).get("request_id")))
+    return str(key)
 
 
 class _Turn(Generic[ResponseT]):
@@ -436,10 +416,9 @@ class _Turn(Generic[ResponseT]):
         if not self.again or self.calls_left <= 0:
             return None
         self.again, self.calls_left = False, self.calls_left - 1
-        update = self._decide(self.middleware._record_results)
-        if update is not None:
-            self._add(update.pop("messages", []))
-            self._snapshot(update)
+        steer = self._decide(self.middleware._record_results)
+        if steer is not None:
+            self._add(steer)
         if not self.added:
             return self.request
         messages = [*self.request.messages, *self.added]
@@ -454,11 +433,9 @@ class _Turn(Generic[ResponseT]):
         """
         self.response = response
         self._add(response.result)
-        update = self._decide(self.middleware._check_response)
-        if update is None:
+        answers = self._decide(self.middleware._check_response)
+        if answers is None:
             return
-        answers: list[AnyMessage] = update.pop("messages", [])
-        self._snapshot(update)
         if any(isinstance(answer, AIMessage) for answer in answers):
             self.ending = list(answers)
             return
@@ -492,16 +469,22 @@ class _Turn(Generic[ResponseT]):
         return ExtendedModelResponse(model_response=reply, command=Command(update=update))
 
     def _decide(
-        self, hook: Callable[[LoopGuardState[ResponseT], list[Decision]], dict[str, Any] | None]
-    ) -> dict[str, Any] | None:
-        """Run one of the guard's hooks on the turn's state; publish its decisions, once
-        even when a middleware around this one runs the model call again."""
-        state, decisions = self._state(), list[Decision]()
-        update = self.middleware._fail_open(hook, state, decisions)
-        snapshot = (update or {}).get("loop_guard") or state.get("loop_guard") or {}
-        turn = (snapshot.get("request_id"), snapshot.get("counted"))
-        self.middleware.guard.emit_once(_conversation(state), turn, decisions)
-        return update
+        self, hook: Callable[[LoopGuardState[ResponseT], Session], list[AnyMessage] | None]
+    ) -> list[AnyMessage] | None:
+        """Run one of the guard's hooks on the turn's state and keep its new snapshot.
+
+        Its decisions are published once, even when a middleware around this one runs
+        the model call again: the session is closed only when the hook succeeded.
+        """
+        state = self._state()
+        guard = self.middleware.guard
+        session = guard.detached(_conversation(state), state.get("loop_guard"))
+        messages = self.middleware._fail_open(hook, state, session)
+        if messages is not None:
+            session.close()
+            self.state["loop_guard"] = session.snapshot()
+            self.changed = True
+        return messages
 
     def _state(self) -> LoopGuardState[ResponseT]:
         if any(isinstance(message, AIMessage) for message in self.added):
@@ -510,7 +493,3 @@ class _Turn(Generic[ResponseT]):
 
     def _add(self, messages: Sequence[BaseMessage]) -> None:
         self.added.extend(messages)
-
-    def _snapshot(self, update: dict[str, Any]) -> None:
-        self.state["loop_guard"] = update["loop_guard"]
-        self.changed = True

@@ -7,7 +7,7 @@ import contextvars
 import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast, final, overload
+from typing import Any, final, overload
 
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -16,9 +16,10 @@ from langgraph.prebuilt import ToolRuntime
 from langgraph.prebuilt.tool_node import _get_all_injected_args
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict
-from typing_extensions import override
+from typing_extensions import assert_never, override
 
-from loop_guard._guard import LoopGuard
+from loop_guard._conversation import conversation_for, session_for, watched
+from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     BLOCK_MARK,
     RESULT_KEY,
@@ -36,8 +37,7 @@ from loop_guard._langchain import (
     shared_run,
     tool_message_of,
 )
-from loop_guard._values import Block, Call, LoopGuardAbort, Result, Stop
-from loop_guard.callbacks import announce, conversation_for, handler_for
+from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Result, Stop
 
 RUNTIME_ARG = "loop_guard_runtime"
 """The injected argument through which `ToolNode` hands a guarded tool the graph state."""
@@ -51,11 +51,11 @@ class _Decision:
     """What the wrapper decided for one invocation, and what it needs afterwards."""
 
     refusal: str | None  # the block message when the call must not run
-    conversation: str | None  # None: outside any conversation, untracked
+    session: Session | None  # None: outside any conversation, untracked
     call: Call | None
     input: Any  # the input for the wrapped tool, without the guard's injected argument
     siblings: tuple[Call, ...] = ()  # the calls of the same response, in model order
-    handler: bool = False  # a `LoopGuardCallbackHandler` for this guard watches the run
+    watched: bool = False  # a `LoopGuardCallbackHandler` for this guard watches the run
 
 
 class GuardedTool(BaseTool):
@@ -144,29 +144,28 @@ class GuardedTool(BaseTool):
 
     def _run_once(self, decision: _Decision, produce: Callable[[], Any]) -> Any:
         """Run the tool; an identical sibling may share its run (`dedupe_siblings`)."""
-        if decision.conversation is None or decision.call is None:
+        if decision.session is None or decision.call is None:
             return produce()
-        return shared_run(
-            self.guard, decision.conversation, decision.call, decision.siblings, produce
-        )
+        conversation = decision.session.conversation
+        return shared_run(self.guard, conversation, decision.call, decision.siblings, produce)
 
     async def _arun_once(self, decision: _Decision, produce: Callable[[], Awaitable[Any]]) -> Any:
         """Async twin of `_run_once`."""
-        if decision.conversation is None or decision.call is None:
+        if decision.session is None or decision.call is None:
             return await produce()
+        conversation = decision.session.conversation
         return await ashared_run(
-            self.guard, decision.conversation, decision.call, decision.siblings, produce
+            self.guard, conversation, decision.call, decision.siblings, produce
         )
 
-    def _steers_here(self, decision: _Decision) -> bool:
+    def _steers_here(self, session: Session, watched: bool) -> bool:
         """Whether this tool delivers the steer, in its result: unless a `LoopGuardNode`
         does. Without a node for this guard, it does; with one, it does only in a run the
         handler watches (the pairing without a node) before a node served the
         conversation."""
-        guard = self.guard
-        if not guard.node_attached:
+        if not self.guard.node_attached:
             return True
-        return decision.handler and not guard.has_node(cast("str", decision.conversation))
+        return watched and not session.served_by_node
 
     @override
     def _run(self, *args: Any, **kwargs: Any) -> Any:
@@ -189,7 +188,7 @@ class GuardedTool(BaseTool):
             raise
         except Exception as error:  # a fault of the guard: this call goes unguarded
             self.guard.report_fault(None, error)
-            return _Decision(refusal=None, conversation=None, call=None, input=input)
+            return _Decision(refusal=None, session=None, call=None, input=input)
 
     def _judge(
         self,
@@ -200,10 +199,10 @@ class GuardedTool(BaseTool):
         config: RunnableConfig | None,
     ) -> _Decision:
         messages = messages_of(getattr(runtime, "state", None), self.messages_key)
-        conversation = conversation_for(self.guard, config, messages)
-        if conversation is None:
-            return _Decision(refusal=None, conversation=None, call=None, input=input)
-        announce(self.guard, conversation, messages)
+        key = conversation_for(self.guard, config, messages)
+        if key is None:
+            return _Decision(refusal=None, session=None, call=None, input=input)
+        session = session_for(self.guard, key, messages)
         ai_message, _ = last_batch(messages)
         call_id = tool_call["id"] if tool_call is not None else None
         position = (
@@ -211,29 +210,33 @@ class GuardedTool(BaseTool):
             if ai_message is None or tool_call is None
             else position_of(ai_message, call_id, self.name)
         )
-        siblings: list[Call] = []
+        siblings: Sequence[Call] = ()
         if ai_message is None or position is None:
             call = self._call_from_args(call_id, args)
-            verdict = self.guard.check_call(conversation, call)
-        elif (
-            self.guard.decided(conversation, keys_of(ai_message))
-            and not self.guard.config.dedupe_siblings
-        ):
+            verdict = session.check_call(call)
+        elif session.decided(keys_of(ai_message)) and not self.guard.config.dedupe_siblings:
             # A sibling already had the whole response decided: this call's verdict is
             # known by its key, so the siblings need not be fingerprinted again.
             call = call_at(ai_message, position)
-            verdict = self.guard.check_call(conversation, call)
+            verdict = session.check_call(call)
         else:
             # The call as the model made it. The whole response is decided at once, in the
             # model's order, as the middleware does: the first sibling to ask decides.
             siblings = calls_of(ai_message)
             call = siblings[position]
-            verdict = self.guard.check_batch(conversation, siblings)[position]
-        if isinstance(verdict, Stop):
-            raise LoopGuardAbort(verdict)
-        refusal = verdict.message if isinstance(verdict, Block) else None
-        handler = handler_for(self.guard, config) is not None
-        return _Decision(refusal, conversation, call, input, tuple(siblings), handler)
+            verdict = session.check_batch(siblings)[position]
+        match verdict:
+            case Proceed():
+                refusal = None
+            case Block():
+                refusal = verdict.message
+            case Stop():
+                raise LoopGuardAbort(verdict)
+            case _:
+                assert_never(verdict)
+        return _Decision(
+            refusal, session, call, input, tuple(siblings), watched(self.guard, config)
+        )
 
     def _call_from_args(self, call_id: str | None, args: Any) -> Call:
         """A call no AI message shows (a direct invocation): its args minus injected ones."""
@@ -247,29 +250,34 @@ class GuardedTool(BaseTool):
         try:
             yield
         except BaseException as error:
-            if decision.conversation is not None and decision.call is not None:
+            session, call = decision.session, decision.call
+            if session is not None and call is not None:
                 try:
-                    result = error_result(error)
-                    self.guard.record_result(decision.conversation, decision.call, result)
+                    if session.needs_result(call):
+                        session.record_result(call, error_result(error))
                 except Exception as fault:
-                    self.guard.report_fault(decision.conversation, fault)
+                    self.guard.report_fault(session.conversation, fault)
             raise
 
     def _after(self, decision: _Decision, output: Any) -> Any:
-        if decision.conversation is None or decision.call is None:
+        session, call = decision.session, decision.call
+        if session is None or call is None:
             return output
         try:
-            result = result_of(output, self.guard.config.normalizers(decision.call.tool))
-            self.guard.record_result(decision.conversation, decision.call, result)
+            normalizers = self.guard.config.normalizers(call.tool)
+            if session.needs_result(call):  # else the handler recorded it already
+                session.record_result(call, result_of(output, normalizers))
             deliver = self.deliver_steer
             if deliver is None:
-                deliver = self._steers_here(decision)
+                deliver = self._steers_here(session, decision.watched)
             if not deliver or tool_message_of(output) is None:
                 return output
-            steer = self.guard.take_steer(decision.conversation)
-            return output if steer is None else _with_steer(output, steer.message, result)
+            steer = session.take_steer()
+            if steer is None:
+                return output
+            return _with_steer(output, steer.message, result_of(output, normalizers))
         except Exception as error:  # a fault of the guard: the tool's output goes through
-            self.guard.report_fault(decision.conversation, error)
+            self.guard.report_fault(session.conversation, error)
             return output
 
 

@@ -375,7 +375,10 @@ def test_memory_proves_it_is_current_before_it_is_used() -> None:
     summarised history and for a model call that is not the thread's (no ids)."""
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-    from loop_guard.callbacks import announce
+    from loop_guard._conversation import ConversationKey, session_for
+
+    def announce(guard: LoopGuard, thread: str, history: list[Any]) -> None:
+        session_for(guard, ConversationKey("thread", thread), history)
 
     def response(n: int) -> list[Any]:
         call = {"name": "ls", "args": {}, "id": "call_0"}  # a provider reusing its ids

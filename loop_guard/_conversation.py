@@ -1,0 +1,183 @@
+"""Which conversation a LangChain event belongs to, keyed the same way by every face.
+
+A conversation is a LangGraph thread narrowed to the graph a node runs in (a subagent
+is a conversation of its own); outside a thread, a top-level run (as the callback
+handler sees it), else the request a graph's messages hold. Its state, when kept in a
+process, proves it is current against the history before it is used (`session_for`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, final
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackManager
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from typing_extensions import override
+
+from loop_guard._guard import LoopGuard, Session
+from loop_guard._langchain import current_request, up_to_date
+
+Scope = Literal["thread", "run", "request"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ConversationKey:
+    """Where a conversation lives; its text form is `GuardEvent.conversation`.
+
+    Attributes:
+        scope: `'thread'` (a LangGraph thread), `'run'` (a top-level run outside any
+            thread, which the handler sees from its start) or `'request'` (a graph run
+            outside any thread, known by its request's user message).
+        id: The thread id, the top-level run id, or the user message's id.
+        graph: The namespace of the subgraph within it, task ids included (`""` for
+            the top-level graph): sibling subagents, an agent run inside a tool and
+            parallel runs of one subagent are each a conversation of their own.
+
+    Example:
+        >>> str(ConversationKey("thread", "t-1", "worker:6f1c")), str(ConversationKey("run", "9"))
+        ('t-1|worker:6f1c', 'run:9')
+    """
+
+    scope: Scope
+    id: str
+    graph: str = ""
+
+    @override
+    def __str__(self) -> str:
+        base = self.id if self.scope == "thread" else f"{self.scope}:{self.id}"
+        return f"{base}|{self.graph}" if self.graph else base
+
+    @property
+    def follows_history(self) -> bool:
+        """Whether the conversation outlives a run (a thread, a request's messages), so
+        that state kept in a process must catch up with what others added."""
+        return self.scope != "run"
+
+
+def thread_of(config: RunnableConfig | None) -> ConversationKey | None:
+    """The conversation of a node, tool or hook running with `config` in a thread."""
+    if not config:
+        return None
+    configurable = config.get("configurable") or {}
+    metadata = config.get("metadata") or {}
+    thread = configurable.get("thread_id", metadata.get("thread_id"))
+    if thread is None:
+        return None
+    namespace = configurable.get("checkpoint_ns")
+    if namespace is None:
+        namespace = metadata.get("langgraph_checkpoint_ns")
+    return ConversationKey("thread", str(thread), graph_of(namespace))
+
+
+def graph_of(namespace: object) -> str:
+    """The graph part of a node's namespace: all but the node's own task.
+
+    A node's namespace is its graph's, then its own task (`"worker:<task>|model:<task>"`):
+    the graph part holds for every step of one run of a subgraph, and its task ids tell
+    parallel runs apart. (`metadata["checkpoint_ns"]` is not it: it keeps the outermost
+    subgraph's.)
+    """
+    return str(namespace or "").rpartition("|")[0]
+
+
+class RunTree:
+    """The conversations of live callback runs, from their metadata and parents.
+
+    Thread-safe. A run in a thread belongs to the thread (narrowed to its graph); a run
+    outside any thread belongs to its top-level run, or to a subgraph within it.
+    """
+
+    def __init__(self) -> None:
+        self._parents: dict[UUID, UUID | None] = {}
+        self._conversations: dict[UUID, ConversationKey] = {}
+        self._lock = threading.Lock()
+
+    def start(
+        self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None
+    ) -> ConversationKey | None:
+        """Place a starting run in the tree; its conversation."""
+        with self._lock:
+            self._parents[run_id] = parent_run_id
+            key = None
+            if metadata and metadata.get("thread_id") is not None:
+                namespace = metadata.get("langgraph_checkpoint_ns")
+                key = ConversationKey("thread", str(metadata["thread_id"]), graph_of(namespace))
+            elif metadata and parent_run_id is not None:
+                graph = graph_of(metadata.get("langgraph_checkpoint_ns"))
+                if graph:  # a subgraph's runs (an agent run inside a tool)
+                    key = ConversationKey("run", str(self._top(parent_run_id)), graph)
+            if key is not None:
+                self._conversations[run_id] = key
+        return self.conversation_of(run_id)
+
+    def end(self, run_id: UUID) -> ConversationKey | None:
+        """Forget a finished run; the conversation of a top-level run that ended."""
+        with self._lock:
+            parent = self._parents.pop(run_id, None)
+            key = self._conversations.pop(run_id, None)
+        if parent is not None:
+            return None
+        return key or ConversationKey("run", str(run_id))
+
+    def conversation_of(self, run_id: UUID | None) -> ConversationKey | None:
+        """The conversation a live run belongs to, or `None` for a run never seen."""
+        with self._lock:
+            while run_id is not None:
+                if run_id in self._conversations:
+                    return self._conversations[run_id]
+                parent = self._parents.get(run_id, run_id)
+                if parent == run_id:
+                    return None  # a run this tree never saw
+                if parent is None:
+                    return ConversationKey("run", str(run_id))
+                run_id = parent
+        return None
+
+    def _top(self, run_id: UUID) -> UUID:
+        while (parent := self._parents.get(run_id)) is not None:
+            run_id = parent
+        return run_id
+
+
+def conversation_for(
+    guard: LoopGuard, config: RunnableConfig | None, messages: Sequence[BaseMessage]
+) -> ConversationKey | None:
+    """The conversation of a node or tool: the one the handler would name.
+
+    The thread when there is one; else the handler's run, when a handler for this
+    guard watches; else the request's user message.
+    """
+    thread = thread_of(config)
+    if thread is not None:
+        return thread
+    callbacks = (config or {}).get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager):
+        for handler in callbacks.handlers:
+            if isinstance(handler, RunTree) and getattr(handler, "guard", None) is guard:
+                return handler.conversation_of(callbacks.parent_run_id)
+    request_id, _ = current_request(messages)
+    return None if request_id is None else ConversationKey("request", request_id)
+
+
+def watched(guard: LoopGuard, config: RunnableConfig | None) -> bool:
+    """Whether a callback handler for `guard` watches the run `config` belongs to."""
+    callbacks = (config or {}).get("callbacks")
+    return isinstance(callbacks, BaseCallbackManager) and any(
+        isinstance(handler, RunTree) and getattr(handler, "guard", None) is guard
+        for handler in callbacks.handlers
+    )
+
+
+def session_for(guard: LoopGuard, key: ConversationKey, history: Sequence[BaseMessage]) -> Session:
+    """The conversation's session, its state first brought up to date with `history`
+    (the messages up to what the caller is about to decide; see `up_to_date`)."""
+    session = guard.session(str(key))
+    if key.follows_history and guard.config.enabled:
+        session.catch_up(lambda held: up_to_date(guard.engine, held, history))
+    return session
