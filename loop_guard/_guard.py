@@ -228,9 +228,9 @@ class LoopGuard:
         """The transitions of a conversation whose state the caller keeps, as a snapshot
         (`RequestState.to_dict`), e.g. in a checkpoint.
 
-        Its decisions are published when it is closed, once even when the caller runs
-        the same transitions again on the same snapshot (a retried model call): use it
-        as a context manager, then read the new `snapshot()`.
+        Its decisions are published when the caller says (`Session.publish`, or at the
+        end of a `with` block), once even when the caller runs the same transitions again
+        on the same snapshot (a retried model call); then read the new `snapshot()`.
         """
         return Session(self, conversation, RequestState.from_dict(snapshot))
 
@@ -409,10 +409,11 @@ class Session:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self.publish()
 
-    def close(self) -> None:
-        """Publish a detached session's decisions, once per point of its request."""
+    def publish(self) -> None:
+        """Publish a detached session's decisions so far, once per point of its request
+        (its request and the steps counted in it)."""
         if self._decisions:
             turn = (self._state.request_id, self._state.counted)
             decisions, self._decisions = self._decisions, []

@@ -390,10 +390,10 @@ class _Turn(Generic[ResponseT]):
     """One model turn of `wrap_model_call`: the model's calls until a reply the guard lets
     through, with what the turn adds to the history. Sync and async share it.
 
-    The guard's hooks read a state that grows with the turn: the request's state with
-    the guard's latest snapshot, and the messages added so far. The hooks only look at
-    the last AI message and what follows it, so once the turn has added one, the added
-    messages stand for the whole history (no copy of it per model call).
+    The guard's hooks share one session, read from the snapshot once and written back
+    once, and read messages that grow with the turn. They only look at the last AI
+    message and what follows it, so once the turn has added one, the added messages
+    stand for the whole history (no copy of it per model call).
     """
 
     def __init__(
@@ -401,7 +401,9 @@ class _Turn(Generic[ResponseT]):
     ) -> None:
         self.middleware = middleware
         self.request = request
-        self.state: dict[str, Any] = dict(request.state)
+        self.state = cast("LoopGuardState[ResponseT]", request.state)
+        snapshot = self.state.get("loop_guard")
+        self.session = middleware.guard.detached(_conversation(self.state), snapshot)
         self.added: list[BaseMessage] = []  # what this turn adds to the history, in order
         self.ending: list[BaseMessage] = []  # a stop: the last reply's answers, the message
         self.response: ModelResponse[ResponseT] | None = None
@@ -463,7 +465,7 @@ class _Turn(Generic[ResponseT]):
         if not self.changed and self.added == response.result:
             return response
         reply = ModelResponse(result=self.added, structured_response=response.structured_response)
-        update: dict[str, Any] = {"loop_guard": self.state.get("loop_guard")}
+        update: dict[str, Any] = {"loop_guard": self.session.snapshot()}
         if self.ending:
             update["messages"] = self.ending
         return ExtendedModelResponse(model_response=reply, command=Command(update=update))
@@ -471,25 +473,18 @@ class _Turn(Generic[ResponseT]):
     def _decide(
         self, hook: Callable[[LoopGuardState[ResponseT], Session], list[AnyMessage] | None]
     ) -> list[AnyMessage] | None:
-        """Run one of the guard's hooks on the turn's state and keep its new snapshot.
-
-        Its decisions are published once, even when a middleware around this one runs
-        the model call again: the session is closed only when the hook succeeded.
-        """
-        state = self._state()
-        guard = self.middleware.guard
-        session = guard.detached(_conversation(state), state.get("loop_guard"))
-        messages = self.middleware._fail_open(hook, state, session)
-        if messages is not None:
-            session.close()
-            self.state["loop_guard"] = session.snapshot()
-            self.changed = True
+        """Run one of the guard's hooks on the turn's messages and session; publish its
+        decisions, once even when a middleware around this one runs the model call again
+        (a retry, a fallback model)."""
+        messages = self.middleware._fail_open(hook, self._state(), self.session)
+        self.session.publish()
+        self.changed = self.changed or messages is not None
         return messages
 
     def _state(self) -> LoopGuardState[ResponseT]:
         if any(isinstance(message, AIMessage) for message in self.added):
             return cast("LoopGuardState[ResponseT]", {**self.state, "messages": self.added})
-        return cast("LoopGuardState[ResponseT]", self.state)
+        return self.state
 
     def _add(self, messages: Sequence[BaseMessage]) -> None:
         self.added.extend(messages)

@@ -25,11 +25,9 @@ from loop_guard._langchain import (
     RESULT_KEY,
     STEER_MARK,
     ashared_run,
-    call_at,
     calls_of,
     dispatch_event,
     error_result,
-    keys_of,
     last_batch,
     messages_of,
     position_of,
@@ -214,17 +212,18 @@ class GuardedTool(BaseTool):
         if ai_message is None or position is None:
             call = self._call_from_args(call_id, args)
             verdict = session.check_call(call)
-        elif session.decided(keys_of(ai_message)) and not self.guard.config.dedupe_siblings:
-            # A sibling already had the whole response decided: this call's verdict is
-            # known by its key, so the siblings need not be fingerprinted again.
-            call = call_at(ai_message, position)
-            verdict = session.check_call(call)
         else:
             # The call as the model made it. The whole response is decided at once, in the
-            # model's order, as the middleware does: the first sibling to ask decides.
-            siblings = calls_of(ai_message)
-            call = siblings[position]
-            verdict = session.check_batch(siblings)[position]
+            # model's order, as the middleware does: the first sibling to ask decides, the
+            # others find their verdicts.
+            calls = calls_of(ai_message)
+            call = calls[position]
+            if session.decided([call.key]):
+                verdict = session.check_call(call)
+            else:
+                verdict = session.check_batch(calls)[position]
+            if self.guard.config.dedupe_siblings:
+                siblings = calls
         match verdict:
             case Proceed():
                 refusal = None

@@ -421,9 +421,13 @@ def test_memory_proves_it_is_current_before_it_is_used() -> None:
     assert here._states["t"].streak == 0
 
 
-def test_a_wide_batch_is_fingerprinted_in_linear_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first wrapped sibling decides the whole response; the others are answered by
-    id, so a batch of n calls costs O(n) fingerprints, not one pass of n per sibling."""
+@pytest.mark.parametrize("dedupe", [False, True])
+def test_a_wide_batch_is_fingerprinted_in_linear_time(
+    monkeypatch: pytest.MonkeyPatch, dedupe: bool
+) -> None:
+    """The first wrapped sibling decides the whole response; the others find their
+    verdicts, so a batch of n calls costs n fingerprints, not one pass of n per sibling
+    (with `dedupe_siblings` too, where every sibling needs the others)."""
     import loop_guard._values as values
 
     counted = 0
@@ -437,10 +441,10 @@ def test_a_wide_batch_is_fingerprinted_in_linear_time(monkeypatch: pytest.Monkey
     monkeypatch.setattr(values, "args_fingerprint", counting)
     width = 16
     batch = [("read_file", {"path": f"f{n}.txt"}) for n in range(width)]
-    graph, runs, _ = graph_for(sequence(batch))
+    graph, runs, _ = graph_for(sequence(batch), dedupe_siblings=dedupe)
     graph.invoke(ask(), {**THREAD, "max_concurrency": 1})  # siblings one after another
     assert runs.counts == {"read_file": width}
-    assert counted <= 4 * width  # the response once per reader (rebuild, wrapper, node), + 1 each
+    assert counted == width
 
 
 @pytest.mark.parametrize("face", ["middleware", "wrapper+handler"])
