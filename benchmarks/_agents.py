@@ -1,29 +1,34 @@
-"""Agents for the benchmarks: tools, scripted models, graph builders, timed guard parts.
+"""Agents for the benchmarks: tools, scripted models, graph builders, a stopwatch.
 
 Everything here is offline and deterministic. The model is `loop_guard.testing`'s
 `ScriptedChatModel` ("instant"), the tools return at once, so what is measured is the
 agent framework plus whatever guard is attached.
 
-The `Timed*` classes are the guard's own classes with a stopwatch around the methods
-that run the guard's code. They measure the guard's CPU time *in situ* (inside a real
-run, on the real messages), charged to the model step it happened in. The stopwatch is
-`time.thread_time`, so time spent waiting for another thread or process is not counted.
+The stopwatch measures the guard's CPU time *in situ* (inside a real run, on the real
+messages), charged to the model step it happened in, through public seams only: the
+middleware's hooks, the node's `__call__`, the handler's callbacks and a guarded tool's
+`invoke` (reached through `ToolNode`'s `wrap_tool_call` interceptor). Whatever such a
+seam hands on to (the model, a tool body, the rest of the middleware stack) is timed
+apart and subtracted. The clock is `time.thread_time`, so time spent waiting for
+another thread or process is not counted.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ToolCallLimitMiddleware, hook_config
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, ToolException, tool
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
@@ -35,7 +40,6 @@ from loop_guard import (
     guard_tools,
 )
 from loop_guard.testing import ScriptedChatModel
-from loop_guard.tools import GuardedTool
 
 Script = Callable[[Sequence[BaseMessage], int], AIMessage]
 CallSpec = tuple[str, dict[str, Any]]
@@ -67,9 +71,9 @@ class Toolbox:
         return text
 
     def tools(self) -> list[BaseTool]:
+        """The four tools, each a `MeteredTool` (its run is never the guard's)."""
         box = self
 
-        @tool
         def read_file(path: str) -> str:
             """Read a file."""
             if path == "notes.md":
@@ -78,9 +82,6 @@ class Toolbox:
                 raise ToolException("File not found: notes.md")
             return box._out("read_file", f"OK {path}:\n{_FILLER}")
 
-        read_file.handle_tool_error = True  # the failure reaches the model as an error result
-
-        @tool
         def job_status(job: str) -> str:
             """Poll a job."""
             with box._lock:
@@ -88,18 +89,32 @@ class Toolbox:
                 done = box._progress[job]
             return box._out("job_status", f"OK job {job}: {min(done * 5, 100)}% done")
 
-        @tool
         def list_items(page: int) -> str:
             """List one page of items."""
             first = (page - 1) * 10
             return box._out("list_items", f"OK page {page}: items {first}..{first + 9}")
 
-        @tool
         def lookup(record_id: str) -> str:
             """Look a record up."""
             return box._out("lookup", f"OK lookup {record_id}: no such record")
 
-        return [read_file, job_status, list_items, lookup]
+        return [
+            # The failure reaches the model as an error result.
+            metered(read_file, handle_tool_error=True),
+            metered(job_status),
+            metered(list_items),
+            metered(lookup),
+        ]
+
+    def writer(self) -> BaseTool:
+        """`write_file(path, content)`, answering "OK wrote ..." (benchmark 3's batches)."""
+        box = self
+
+        def write_file(path: str, content: str) -> str:
+            """Write a file."""
+            return box._out("write_file", f"OK wrote {len(content)} characters to {path}")
+
+        return metered(write_file)
 
 
 # ---------------------------------------------------------------------------- scripts
@@ -121,7 +136,7 @@ def _message(prefix: str, turn: int, calls: Sequence[CallSpec]) -> AIMessage:
 
 
 class Meter:
-    """Per-model-step CPU seconds of the guard, filled by the `Timed*` classes.
+    """Per-model-step CPU seconds of the guard, filled by the stopwatch.
 
     The scripted model advances `step` on each model call; whatever guard code runs
     until the next model call is charged to that step.
@@ -230,69 +245,139 @@ def mixed_healthy(meter: Meter | None = None) -> Scripted:
     return Scripted(lambda turn: turns[turn] if turn < len(turns) else None, meter)
 
 
-# ---------------------------------------------------------------------------- timed parts
+# ---------------------------------------------------------------------------- stopwatch
+#
+# The guard's CPU time is measured in situ through public seams only: the hooks a
+# middleware implements, `LoopGuardNode.__call__`, the callbacks of
+# `LoopGuardCallbackHandler`, and the public `invoke` of a guarded tool, reached
+# through `ToolNode`'s public `wrap_tool_call` interceptor. What such a seam hands on
+# to code that is not the guard's (the `handler` of a wrap hook: the model, the tool;
+# the wrapped tool a guarded tool runs) is timed as a span of its own and subtracted.
 
 _METER: list[Meter | None] = [None]
 
 
 def set_meter(meter: Meter | None) -> None:
-    """The meter the `Timed*` classes charge (one measured run at a time)."""
+    """The meter the stopwatch charges (one measured run at a time)."""
     _METER[0] = meter
 
 
-def _charge(start: float) -> None:
-    meter = _METER[0]
-    if meter is not None:
-        meter.add(time.thread_time() - start)
+class _Frames(threading.local):
+    """This thread's open spans, innermost last: [charged, since]."""
+
+    def __init__(self) -> None:
+        self.stack: list[list[Any]] = []
 
 
-class TimedMiddleware(LoopGuardMiddleware):
-    """`LoopGuardMiddleware` with a stopwatch on each hook's own code.
+_FRAMES = _Frames()
 
-    `wrap_model_call` does its work through `_fail_open`, which is timed (not the model
-    call it wraps); `wrap_tool_call` looks the call's verdict up (`_refusal`, timed) and
-    otherwise passes it on unless `dedupe_siblings` is set.
+
+def _settle(frame: list[Any], now: float) -> None:
+    if frame[0]:
+        meter = _METER[0]
+        if meter is not None:
+            meter.add(now - frame[1])
+    frame[1] = now
+
+
+class _Span:
+    """A stretch of code on this thread, the guard's (`GUARD`) or not (`OTHER`).
+
+    Time is split between nested spans like a profiler's self time: a span owns the
+    thread CPU time that passes while it is the innermost open span. The guard's share
+    is charged to the meter as it goes (so a hook's work before the model call is
+    charged to the step before it, its work after to the new step). Each thread keeps
+    its own stack: `ToolNode` runs tools in a thread pool.
     """
 
-    def before_agent(self, state: Any, runtime: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return super().before_agent(state, runtime)
-        finally:
-            _charge(start)
+    __slots__ = ("charged",)
 
-    def _fail_open(self, *args: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return super()._fail_open(*args)
-        finally:
-            _charge(start)
+    def __init__(self, *, charged: bool) -> None:
+        self.charged = charged
 
-    def _refusal(self, request: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return super()._refusal(request)
-        finally:
-            _charge(start)
+    def __enter__(self) -> None:
+        now = time.thread_time()
+        stack = _FRAMES.stack
+        if stack:
+            _settle(stack[-1], now)
+        stack.append([self.charged, now])
 
-    def after_agent(self, state: Any, runtime: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return super().after_agent(state, runtime)
-        finally:
-            _charge(start)
+    def __exit__(self, *exc: object) -> None:
+        now = time.thread_time()
+        stack = _FRAMES.stack
+        _settle(stack.pop(), now)
+        if stack:
+            stack[-1][1] = now
 
 
-class TimedToolCallLimit(ToolCallLimitMiddleware):
-    """LangChain's `ToolCallLimitMiddleware` with a stopwatch on its one hook."""
+GUARD = _Span(charged=True)
+"""The guard's own code: charged to the meter."""
+OTHER = _Span(charged=False)
+"""Code the guard hands on to (the model, a tool, the framework behind a handler)."""
 
-    @hook_config(can_jump_to=["end"])
-    def after_model(self, state: Any, runtime: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return super().after_model(state, runtime)
-        finally:
-            _charge(start)
+
+def not_the_guards(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`handler` (what a wrap hook calls on with) timed as `OTHER`."""
+
+    def run(request: Any) -> Any:
+        with OTHER:
+            return handler(request)
+
+    return run
+
+
+# -- middleware: the public hooks
+
+_STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
+_WRAP_HOOKS = ("wrap_model_call", "wrap_tool_call")
+
+
+def _timed_state_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(hook)  # keeps `hook_config`'s marks (`can_jump_to`)
+    def timed(self: Any, state: Any, runtime: Any) -> Any:
+        with GUARD:
+            return hook(self, state, runtime)
+
+    return timed
+
+
+def _timed_wrap_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(hook)
+    def timed(self: Any, request: Any, handler: Callable[[Any], Any]) -> Any:
+        with GUARD:
+            return hook(self, request, not_the_guards(handler))
+
+    return timed
+
+
+M = TypeVar("M", bound=AgentMiddleware)
+
+
+def with_stopwatch(middleware: type[M]) -> type[M]:
+    """`middleware` with a stopwatch on every public sync hook it implements.
+
+    Only the hooks the class itself implements are overridden, so the agent's graph has
+    exactly the nodes it has without the stopwatch. The `handler` a wrap hook calls
+    (the model, the tool, the middleware inside) is not the hook's own time.
+    """
+    namespace: dict[str, Any] = {}
+    for name in _STATE_HOOKS + _WRAP_HOOKS:
+        hook = getattr(middleware, name)
+        if hook is getattr(AgentMiddleware, name):
+            continue
+        timed = _timed_wrap_hook if name in _WRAP_HOOKS else _timed_state_hook
+        namespace[name] = timed(hook)
+    if not namespace:
+        msg = f"{middleware.__name__} implements no sync hook to time"
+        raise TypeError(msg)
+    return type(f"Timed{middleware.__name__}", (middleware,), namespace)
+
+
+TimedMiddleware = with_stopwatch(LoopGuardMiddleware)
+"""`LoopGuardMiddleware` with a stopwatch on its hooks."""
+
+TimedToolCallLimit = with_stopwatch(ToolCallLimitMiddleware)
+"""LangChain's `ToolCallLimitMiddleware` with a stopwatch on its hook (`after_model`)."""
 
 
 class NullHooks(AgentMiddleware):
@@ -323,81 +408,127 @@ class NullAfterModel(AgentMiddleware):
         return None
 
 
+# -- graph: the node, the handler's callbacks, the guarded tools' `invoke`
+
+
 class TimedNode(LoopGuardNode):
-    """`LoopGuardNode` with a stopwatch."""
+    """`LoopGuardNode` with a stopwatch on its public `__call__`."""
 
     def __call__(self, state: Any, config: RunnableConfig) -> Any:
-        start = time.thread_time()
-        try:
+        with GUARD:
             return super().__call__(state, config)
-        finally:
-            _charge(start)
 
 
-class TimedGuardedTool(GuardedTool):
-    """`GuardedTool` with a stopwatch on the guard's work before and after the tool body."""
+def _timed_callback(callback: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(callback)
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with GUARD:
+            return callback(self, *args, **kwargs)
 
-    def _decide(self, input: Any, config: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return super()._decide(input, config)
-        finally:
-            _charge(start)
-
-    def _after(self, decision: Any, output: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return super()._after(decision, output)
-        finally:
-            _charge(start)
+    return timed
 
 
-_TIMED = ((GuardedTool, ("_decide", "_after")), (LoopGuardNode, ("__call__",)))
-for _owner, _names in _TIMED:  # fail loudly (the smoke pass crashes) if the package moved them
-    for _name in _names:
-        if _name not in vars(_owner):
-            msg = f"{_owner.__name__}.{_name} no longer exists: update the Timed* classes"
-            raise ImportError(msg)
+def _implemented_callbacks(handler: type[BaseCallbackHandler]) -> list[str]:
+    """The public `on_*` callbacks `handler` implements (not `BaseCallbackHandler`'s no-ops)."""
+    return [
+        name
+        for name in dir(BaseCallbackHandler)
+        if name.startswith("on_")
+        and getattr(handler, name) is not getattr(BaseCallbackHandler, name)
+    ]
 
-
-def _timed_method(name: str) -> Callable[..., Any]:
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return getattr(LoopGuardCallbackHandler, name)(self, *args, **kwargs)
-        finally:
-            _charge(start)
-
-    method.__name__ = name
-    return method
-
-
-_HANDLER_METHODS = (
-    "on_chain_start",
-    "on_chat_model_start",
-    "on_llm_end",
-    "on_llm_error",
-    "on_tool_start",
-    "on_tool_end",
-    "on_tool_error",
-    "on_chain_end",
-    "on_chain_error",
-)
 
 TimedHandler: type[LoopGuardCallbackHandler] = type(
     "TimedHandler",
     (LoopGuardCallbackHandler,),
-    {name: _timed_method(name) for name in _HANDLER_METHODS},
+    {
+        name: _timed_callback(getattr(LoopGuardCallbackHandler, name))
+        for name in _implemented_callbacks(LoopGuardCallbackHandler)
+    },
 )
 """`LoopGuardCallbackHandler` with a stopwatch on every callback it implements."""
 
 
-def timed_guard_tools(tools: Sequence[BaseTool], guard: LoopGuard) -> list[BaseTool]:
-    """`guard_tools(..., deliver_steer=False)`, each tool given the stopwatch."""
-    wrapped = guard_tools(tools, guard, deliver_steer=False)
-    for item in wrapped:
-        item.__class__ = TimedGuardedTool
-    return wrapped
+class MeteredTool(StructuredTool):
+    """A tool whose own run is never the guard's: its public `invoke` and `run` (argument
+    validation, callbacks, the body, the output message) are timed as `OTHER`.
+
+    The benchmarks' tools are all metered, so what a guarded tool spends in the tool it
+    wraps is subtracted from the guarded tool's time, whichever public entry it uses.
+    """
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        with OTHER:
+            return super().invoke(input, config, **kwargs)
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        with OTHER:
+            return super().run(*args, **kwargs)
+
+
+def metered(function: Callable[..., Any], **options: Any) -> BaseTool:
+    """`function` as a `MeteredTool` (name and description from the function, as `@tool`)."""
+    return MeteredTool.from_function(function, **options)
+
+
+class ToolStopwatch(BaseTool):
+    """Stands in for one tool where `ToolNode` invokes it: times that tool's public
+    `invoke`, as the guard's (`charged`) or not.
+
+    Put in place by `stopwatch_interceptor` through `ToolCallRequest.override(tool=...)`;
+    `ToolNode` has already worked out the tool's injected arguments from the registered
+    tool by its name. It fires no callbacks of its own. The async path is not timed
+    (thread CPU time means nothing across an `await`); the benchmarks run sync.
+    """
+
+    timed: BaseTool
+    charged: bool = True
+
+    def get_input_schema(self, config: RunnableConfig | None = None) -> Any:
+        return self.timed.get_input_schema(config)
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        with GUARD if self.charged else OTHER:
+            return self.timed.invoke(input, config, **kwargs)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await self.timed.ainvoke(input, config, **kwargs)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError  # `invoke` never gets here
+
+
+def stopwatch_interceptor(
+    tools: Sequence[BaseTool], *, charged: bool
+) -> Callable[[Any, Callable[[Any], Any]], Any]:
+    """A `ToolNode(wrap_tool_call=...)` interceptor timing each tool's public `invoke`.
+
+    With `charged`, the time inside a guarded tool's `invoke` is the guard's, less what
+    the tool it wraps spends (a `MeteredTool`) and less the handler's callbacks fired
+    there (timed on their own). Without, the same interceptor only costs what it costs,
+    so that an unguarded `ToolNode` pays it too.
+    """
+    watches = {
+        item.name: ToolStopwatch(
+            name=item.name, description=item.description, timed=item, charged=charged
+        )
+        for item in tools
+    }
+
+    def intercept(request: Any, execute: Callable[[Any], Any]) -> Any:
+        watch = watches.get(request.tool_call["name"])
+        if watch is None or watch.timed is not request.tool:
+            return execute(request)
+        return execute(request.override(tool=watch))
+
+    return intercept
+
+
+def tool_node(tools: Sequence[BaseTool], *, charged: bool, timed: bool = True) -> ToolNode:
+    """`ToolNode(tools)`, with the stopwatch interceptor when `timed`."""
+    if not timed:
+        return ToolNode(list(tools))
+    return ToolNode(list(tools), wrap_tool_call=stopwatch_interceptor(tools, charged=charged))
 
 
 # ---------------------------------------------------------------------------- agents
@@ -413,29 +544,34 @@ def graph_with(
     guard: LoopGuard | None,
     *,
     timed: bool = True,
+    node: bool = True,
+    tools: Sequence[BaseTool] | None = None,
 ) -> Any:
     """The hand-built graph of the README: model -> tools [-> loop_guard] -> model | END.
 
     Without a guard: model -> ToolNode(tools) -> model. With one: the tools wrapped by
-    `guard_tools(deliver_steer=False)` and `LoopGuardNode` after the tools node.
+    `guard_tools(deliver_steer=False)` and `LoopGuardNode` after the tools node; with
+    `node=False`, the wrapped tools alone (`guard_tools` with its defaults). `timed`
+    puts the stopwatch on the node and on the tools' `invoke` (with or without a guard,
+    so that both graphs pay for the interceptor). `tools` replaces the toolbox's tools.
     """
     model = script.model()
+    inner = list(tools) if tools is not None else box.tools()
     builder = StateGraph(MessagesState)
     builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", tools_condition)
     if guard is None:
-        builder.add_node("tools", ToolNode(box.tools()))
+        builder.add_node("tools", tool_node(inner, charged=False, timed=timed))
+        builder.add_edge("tools", "model")
+    elif not node:
+        builder.add_node("tools", tool_node(guard_tools(inner, guard), charged=True, timed=timed))
         builder.add_edge("tools", "model")
     else:
-        tools = (
-            timed_guard_tools(box.tools(), guard)
-            if timed
-            else guard_tools(box.tools(), guard, deliver_steer=False)
-        )
-        node = TimedNode(guard) if timed else LoopGuardNode(guard)
-        builder.add_node("tools", ToolNode(tools))
-        builder.add_node("loop_guard", node, destinations=("model", END))
+        wrapped = guard_tools(inner, guard, deliver_steer=False)
+        builder.add_node("tools", tool_node(wrapped, charged=True, timed=timed))
+        guard_node = TimedNode(guard) if timed else LoopGuardNode(guard)
+        builder.add_node("loop_guard", guard_node, destinations=("model", END))
         builder.add_edge("tools", "loop_guard")
     return builder.compile()
 

@@ -48,6 +48,8 @@ class Scale:
     short_steps: int
     long_steps: int
     history_messages: int
+    batch_width: int  # parallel calls in one response (`dedupe_siblings`)
+    batch_rounds: int
     # 4. conversations
     engine_conversations: int
     agent_conversations: int
@@ -66,6 +68,8 @@ FULL = Scale(
     short_steps=50,
     long_steps=800,
     history_messages=10_000,
+    batch_width=100,
+    batch_rounds=7,
     engine_conversations=10_000,
     agent_conversations=500,
     peer_stubborn_limit=100,
@@ -82,6 +86,8 @@ QUICK = Scale(
     short_steps=5,
     long_steps=40,
     history_messages=400,
+    batch_width=20,
+    batch_rounds=1,
     engine_conversations=300,
     agent_conversations=20,
     peer_stubborn_limit=40,
@@ -98,6 +104,15 @@ class Target:
     goal: str
     measured: str
     holds: bool | None  # None: not measured in this run
+
+    @classmethod
+    def at_most(cls, name: str, limit: float, value: float | None, unit: str = "x") -> Target:
+        """A target met when `value` is at most `limit` (`None`: not measured)."""
+        shown = "—" if value is None else (ratio(value) if unit == "x" else us(value))
+        goal = f"≤ {limit:.1f}x" if unit == "x" else f"≤ {us(limit)}"
+        return cls(
+            name=name, goal=goal, measured=shown, holds=None if value is None else value <= limit
+        )
 
 
 @dataclass

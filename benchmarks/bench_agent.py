@@ -8,8 +8,9 @@ hooks alone). Then the hand-built graph: without a guard, with the node and the 
 tools, and with the node, the wrapped tools and the callback handler.
 
 What a guard *adds* is measured per round (variant minus the unguarded run of the same
-round) and the median over rounds is taken. The guard's own CPU time inside the run is
-measured too (see `_agents.Timed*`), which is far less noisy than the wall time.
+round), in wall time and in process CPU time, and the median over rounds is taken. The
+guard's own CPU time inside the run is measured too, through its public seams (see
+`_agents`' stopwatch), which is far less noisy than either difference.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class Variant:
         self.build = build
         self.steps = steps
         self.guard_cpu: list[float] = []  # median guard CPU per step, one per run
+        self.process_cpu: list[float] = []  # the whole run's process CPU time, one per run
         self.problems: list[str] = []
 
     def __call__(self) -> float:
@@ -76,9 +78,11 @@ class Variant:
         config = config_for(f"t{next(_threads)}", limit=100_000, callbacks=callbacks)
         set_meter(meter)
         try:
+            cpu = time.process_time()
             start = time.perf_counter()
             messages, ended = run_invoke(runnable, ask(), config)
             elapsed = time.perf_counter() - start
+            self.process_cpu.append(time.process_time() - cpu)
         finally:
             set_meter(None)
         wrong = interventions(messages, box, script)
@@ -120,20 +124,28 @@ def variants(steps: int) -> list[Variant]:
 
 def run(scale: Scale) -> Section:
     steps = scale.agent_steps
+    rounds = scale.agent_rounds
     runs = variants(steps)
     by_name = {v.name: v for v in runs}
-    samples = interleave(dict(by_name), scale.agent_rounds)
+    samples = interleave(dict(by_name), rounds)
+    for variant in runs:  # the warm-up round's runs are not samples
+        variant.guard_cpu = variant.guard_cpu[-rounds:]
+        variant.process_cpu = variant.process_cpu[-rounds:]
     section = Section(
         key="2",
         title="2. Agent overhead",
         what=(
             f"A healthy {steps}-step scripted run (distinct calls, instant model, instant"
             " tools). *added / step* is the median over rounds of (this run - the unguarded"
-            " run of the same round) / steps; *vs peer* divides it by what"
-            " `ToolCallLimitMiddleware` (limits set high) added. *guard CPU / step* is the"
-            " guard's own code, timed inside the run (median step). The do-nothing"
-            " middleware has the same hooks as ours and no code: its added time is what the"
-            " hooks cost as graph nodes, before any guard work."
+            " run of the same round) / steps, in wall time; *vs peer* divides it by what"
+            " `ToolCallLimitMiddleware` (limits set high) added. *added CPU / step* is the"
+            " same difference in process CPU time (all threads), with its IQR: a black-box"
+            " check of the next column. *guard CPU / step* is the guard's own code, timed"
+            " inside the run through its public seams (median step): the hooks of the"
+            " middleware less the `handler` they call on with; the node's `__call__`; the"
+            " guarded tools' `invoke` less the tool they wrap; the handler's callbacks. The"
+            " do-nothing middleware has the same hooks as ours and no code: its added time"
+            " is what the hooks cost as graph nodes, before any guard work."
         ),
         columns=[
             "variant",
@@ -141,6 +153,7 @@ def run(scale: Scale) -> Section:
             "added / step",
             "added IQR",
             "vs peer",
+            "added CPU / step (IQR)",
             "guard CPU / step",
         ],
     )
@@ -153,6 +166,12 @@ def run(scale: Scale) -> Section:
         diffs = [d / steps for d in paired_added(samples, base[kind], variant.name)]
         added[variant.name] = median(diffs)
         low, high = quartiles(diffs)
+        reference = by_name[base[kind]].process_cpu
+        cpu_diffs = [
+            (mine - theirs) / steps
+            for mine, theirs in zip(variant.process_cpu, reference, strict=True)
+        ]
+        cpu_low, cpu_high = quartiles(cpu_diffs)
         is_base = variant.name in base.values()
         versus = "—"
         if not is_base:
@@ -164,6 +183,7 @@ def run(scale: Scale) -> Section:
                 "—" if is_base else us(added[variant.name]),
                 "—" if is_base else f"{us(low)} … {us(high)}",
                 versus,
+                "—" if is_base else f"{us(median(cpu_diffs))} ({us(cpu_low)} … {us(cpu_high)})",
                 us(median(variant.guard_cpu)) if median(variant.guard_cpu) > 0 else "—",
             ]
         )
@@ -182,6 +202,15 @@ def run(scale: Scale) -> Section:
                 measured=ratio(value) if peer_added > 0 else "peer added ≤ 0 (noise)",
                 holds=value <= 1.5 if peer_added > 0 else None,
             )
+        )
+    for name, limit in (
+        ("agent: LoopGuardMiddleware", 100e-6),
+        ("graph: node + wrapped tools", 150e-6),
+        ("graph: node + wrapped tools + handler", 150e-6),
+    ):
+        cpu = median(by_name[name].guard_cpu)
+        section.targets.append(
+            Target.at_most(f"guard CPU per healthy step, {name}", limit, cpu or None, unit="s")
         )
     ours = by_name["agent: LoopGuardMiddleware"]
     tcl = by_name[peer]
@@ -210,8 +239,10 @@ def run(scale: Scale) -> Section:
         )
     )
     section.notes.append(
-        f"{scale.agent_rounds} rounds, variants interleaved (order reversed every other round)"
-        ", after one warm-up round. The wall-time differences are small against the run's"
-        " noise (see the IQR column); the in-situ CPU column is the stable comparison."
+        f"{rounds} rounds, variants interleaved (order reversed every other round)"
+        ", after one warm-up round. The wall-time and process-CPU differences are small"
+        " against the run's noise (see the IQR columns); the in-situ column is the stable"
+        " comparison. The graphs' `ToolNode`s carry the stopwatch's `wrap_tool_call`"
+        " interceptor with or without a guard, so the unguarded graph pays for it too."
     )
     return section

