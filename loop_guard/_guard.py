@@ -19,6 +19,7 @@ logger = logging.getLogger("loop_guard")
 
 _T = TypeVar("_T")
 
+_SNAPSHOTS_KEPT = 256  # the latest snapshot of as many conversations, at least
 _CATCH_UP_TRIES = 4  # other threads' transitions interleaved with a catch-up, at most
 
 EventKind = Literal["warn", "block", "abort", "terminate", "error"]
@@ -195,6 +196,8 @@ class LoopGuard:
         self._node_served: set[str] = set()  # conversations a `LoopGuardNode` steers
         # Per conversation: the turn last published and what it published (`emit_once`).
         self._published: OrderedDict[str, tuple[object, set[object]]] = OrderedDict()
+        # Snapshots written lately, by id, with the states they were written from.
+        self._snapshots: OrderedDict[int, tuple[Mapping[str, Any], RequestState]] = OrderedDict()
         self.node_attached = False  # set by `LoopGuardNode`: a graph node steers for it
 
     @property
@@ -232,7 +235,21 @@ class LoopGuard:
         end of a `with` block), once even when the caller runs the same transitions again
         on the same snapshot (a retried model call); then read the new `snapshot()`.
         """
+        with self._lock:
+            known = self._snapshots.get(id(snapshot))
+        if known is not None and known[0] is snapshot:
+            return Session(self, conversation, known[1])  # one it wrote: no need to parse
         return Session(self, conversation, RequestState.from_dict(snapshot))
+
+    def _snapshot(self, state: RequestState) -> dict[str, Any]:
+        """`state`'s snapshot, remembered with it, so that reading it back costs nothing
+        while the caller hands the same snapshot back (the next hook of the agent)."""
+        snapshot = state.to_dict()
+        with self._lock:
+            self._snapshots[id(snapshot)] = (snapshot, state)  # held: its id stays its own
+            if len(self._snapshots) > _SNAPSHOTS_KEPT:
+                self._snapshots.popitem(last=False)
+        return snapshot
 
     def start_request(self, conversation: str, request_id: str) -> None:
         """Begin a request, unless `request_id` is the conversation's current request.
@@ -421,7 +438,7 @@ class Session:
 
     def snapshot(self) -> dict[str, Any]:
         """The state as a JSON-safe snapshot (`RequestState.to_dict`)."""
-        return self.state.to_dict()
+        return self._guard._snapshot(self.state)
 
     @property
     def state(self) -> RequestState:
@@ -472,6 +489,12 @@ class Session:
         with self._guard._lock:
             if self.conversation in self._guard._states:
                 self._guard._node_served.add(self.conversation)
+
+    @property
+    def refused_any(self) -> bool:
+        """Whether a call of the latest responses was refused (blocked, or not run)."""
+        state = self.state
+        return any(entry.block is not None for entry in (*state.batch, *state.settled))
 
     def verdict_of(self, call: Call) -> Proceed | Block | Stop | None:
         """The verdict `call` already had, or `None` when it was not decided yet."""

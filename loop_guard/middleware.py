@@ -345,6 +345,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         human approval) never answers a call a second time.
         """
         try:
+            snapshot = request.state.get("loop_guard")
+            session = self.guard.detached(_conversation(request.state), snapshot)
+            if not session.refused_any:
+                return None  # the common case: nothing of the reply was refused
             message, _ = last_batch(messages_of(request.state))
             tool_call = request.tool_call
             position = (
@@ -355,8 +359,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             if message is None or position is None:
                 return None
             call = calls_of(message)[position]
-            snapshot = request.state.get("loop_guard")
-            verdict = self.guard.detached(_conversation(request.state), snapshot).verdict_of(call)
+            verdict = session.verdict_of(call)
             if not isinstance(verdict, Block):
                 return None
             return block_message(call.id, call.tool, verdict.message)
