@@ -178,10 +178,13 @@ def watched(guard: LoopGuard, config: RunnableConfig | None) -> bool:
     )
 
 
-def session_for(guard: LoopGuard, key: ConversationKey, history: Sequence[BaseMessage]) -> Session:
+def session_for(
+    guard: LoopGuard, key: ConversationKey, history: Sequence[BaseMessage], end: int | None = None
+) -> Session:
     """The conversation's session, its state first brought up to date with `history`
-    (the messages up to what the caller is about to decide; see `up_to_date`)."""
+    (the messages before `end`, up to what the caller is about to decide; see
+    `up_to_date`)."""
     session = guard.session(str(key))
     if key.follows_history and guard.config.enabled:
-        session.catch_up(lambda held: up_to_date(guard.engine, held, history))
+        session.catch_up(lambda held: up_to_date(guard.engine, held, history, end))
     return session

@@ -286,12 +286,12 @@ def current_request(messages: Sequence[BaseMessage]) -> tuple[str | None, Sequen
     return None, messages
 
 
-def begins_request(messages: Sequence[BaseMessage], index: int) -> bool:
+def begins_request(messages: Sequence[BaseMessage], index: int, end: int | None = None) -> bool:
     """Whether `messages[index]` begins a request: a user message, or the guard's stop
-    with messages after it."""
+    with messages after it (before `end`)."""
     message = messages[index]
     if isinstance(message, AIMessage):
-        return message.name == GUARD_NAME and index + 1 < len(messages)
+        return message.name == GUARD_NAME and index + 1 < (len(messages) if end is None else end)
     return is_user_message(message)
 
 
@@ -427,7 +427,10 @@ def catch_up(
 
 
 def up_to_date(
-    engine: Engine, state: RequestState | None, messages: Sequence[BaseMessage]
+    engine: Engine,
+    state: RequestState | None,
+    messages: Sequence[BaseMessage],
+    end: int | None = None,
 ) -> RequestState | None:
     """The state a conversation's history shows, when `state` is not it; else `None`.
 
@@ -437,29 +440,31 @@ def up_to_date(
     on leaves responses, answers or a delivered steer the state has not seen: it
     catches up on them. A new user message starts a new request, rebuilt from the
     history. Only the messages since the newest response the state knows are read, so
-    the check costs the same however long the thread is.
+    the check costs the same however long the thread is. `end` bounds the history
+    (the messages before it), without a copy of it.
     """
-    for index in range(len(messages) - 1, -1, -1):
+    end = len(messages) if end is None else end
+    for index in range(end - 1, -1, -1):
         message = messages[index]
-        if begins_request(messages, index):
-            if message.id is None:
-                # Not the thread's history, where every message has an id: a model call
-                # of another kind on the thread (a middleware's summarizer, say).
-                return None
+        if message.id is not None and begins_request(messages, index, end):
             if state is None or state.request_id != message.id:
-                return rebuild(engine, messages)
-            since = messages[index + 1 :]
+                return rebuild(engine, messages[:end])
+            since = messages[index + 1 : end]
             return catch_up(engine, state, since) if _news(state, since) else None
+        if message.id is None and is_user_message(message):
+            # Not the thread's history, where every message has an id: a model call of
+            # another kind on the thread (a middleware's summarizer, say).
+            return None
         if (
             state is not None
             and isinstance(message, AIMessage)
             and message.tool_calls
             and engine.declared(state, keys_of(message)[0])
         ):
-            since = messages[index:]
+            since = messages[index:end]
             return catch_up(engine, state, since) if _news(state, since[1:]) else None
     # No request start in sight (a summary replaced it): what the state knows stands.
-    return None if state is not None else rebuild(engine, messages)
+    return None if state is not None else rebuild(engine, messages[:end])
 
 
 def _news(state: RequestState, since: Sequence[BaseMessage]) -> bool:

@@ -132,7 +132,7 @@ class LoopGuardNode:
         end = len(messages)
         while end > 0 and not isinstance(messages[end - 1], AIMessage):
             end -= 1
-        session = session_for(self.guard, key, messages[:end])
+        session = session_for(self.guard, key, messages, end)
         corrections: list[AnyMessage] = []
         calls = calls_of(ai_message) if ai_message is not None else ()
         paired = answers_to(calls, answers)
