@@ -33,7 +33,10 @@ class GuardEvent:
     Attributes:
         kind: `'warn'`, `'block'`, `'abort'`, `'terminate'`, or `'error'` when the
             guard itself failed on an event (the agent went on unguarded for it).
-        conversation: The conversation key (thread id, else the top-level run id).
+        conversation: The conversation key: the thread id, followed by the graph's
+            namespace in a subgraph or subagent (`"t|worker:<task id>"`); outside a
+            thread, `"run:<top-level run id>"`, `"history:<first message id>"` or
+            `"request:<request id>"` (the middleware's).
         tool: The repeated tool.
         args: The repeated call's args (`None` when not known, e.g. after a restore).
         streak: Identical steps in a row when the event happened (for a cycle: its
@@ -304,14 +307,17 @@ class LoopGuard:
         Published to `on_event` and to every subscribed sink; a failing receiver is
         logged, never passed on to the agent.
         """
-        for decision in decisions:
-            with self._lock:
+        events = []
+        with self._lock:
+            for decision in decisions:
                 if isinstance(decision, (Proceed, Block)):
                     self._counts[decision.call.tool, "calls"] += 1
                 if isinstance(decision, Proceed):
                     continue
                 event = GuardEvent.of(conversation, decision)
                 self._counts[event.tool, _COUNTER_OF_KIND[event.kind]] += 1
+                events.append(event)
+        for event in events:
             # Steers and blocks are routine (INFO); a stopped request deserves a WARNING.
             level = logging.INFO if event.kind in ("warn", "block") else logging.WARNING
             self._publish(event, level)
@@ -419,7 +425,7 @@ class Session:
         self._engine = guard.engine
         self.conversation = conversation
         self._detached = state is not None
-        self._state = state or RequestState()
+        self._state = _KEPT_BY_GUARD if state is None else state
         self._decisions: list[Decision] = []  # a detached session's, published on close
 
     def __enter__(self) -> Session:
@@ -576,6 +582,9 @@ class Session:
         elif decisions:
             guard._emit(self.conversation, decisions)
         return value
+
+
+_KEPT_BY_GUARD = RequestState()  # the `_state` of a session whose guard keeps its state
 
 
 def _no_value(
