@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from typing_extensions import override
 
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._langchain import up_to_date
+from loop_guard._history import up_to_date
 
 Scope = Literal["thread", "run", "history", "request"]
 

@@ -1,37 +1,34 @@
-"""Reading LangChain messages, tool calls and configs into the engine's terms.
+"""Reading LangChain messages and tool outputs into the engine's terms, and writing the
+guard's own messages and events back.
 
-Shared by every adapter, so each one reads a tool call, a tool result, a conversation
-and a request the same way.
+Shared by every adapter, so each one reads a response's calls and a tool's result the
+same way (conversations: `_conversation.py`; requests and replays: `_history.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import wait as wait_futures
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.callbacks.manager import dispatch_custom_event
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.config import get_stream_writer
 from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE
 from langgraph.types import Command
 
 from loop_guard import _messages
 from loop_guard._config import Normalizer
-from loop_guard._engine import Engine
 from loop_guard._fingerprint import args_fingerprint
 from loop_guard._guard import GuardEvent, LoopGuard
 from loop_guard._messages import GUARD_NAME
 from loop_guard._siblings import original_of, original_output
-from loop_guard._state import RequestState
-from loop_guard._values import Call, Decision, Proceed, Result, Stop
+from loop_guard._values import Call, Result, Stop
 
 STEER_MARK = "steer"
 """`response_metadata["loop_guard"]` of a tool result that carries the steer in-band."""
@@ -81,11 +78,6 @@ def event_payload(event: GuardEvent) -> dict[str, Any]:
         "blocks": event.blocks,
         "message": event.message,
     }
-
-
-def call_of(tool_call: ToolCall) -> Call:
-    """The engine's `Call` for a tool call seen on its own, outside its model response."""
-    return Call.of(tool_call["name"], tool_call.get("args", {}), id=tool_call.get("id"))
 
 
 def calls_of(message: AIMessage) -> tuple[Call, ...]:
@@ -273,76 +265,6 @@ def error_result(error: BaseException) -> Result:
     return Result.of(f"{type(error).__name__}: {error}", is_error=True)
 
 
-def current_request(messages: Sequence[BaseMessage]) -> tuple[str | None, Sequence[BaseMessage]]:
-    """The id of the message that began the request and the messages from it on.
-
-    A request begins with a user message; messages the guard inserted never count, but
-    a request the guard stopped is over: whatever follows its stop is another request
-    (another agent's turn on the same messages, say).
-    """
-    for index in range(len(messages) - 1, -1, -1):
-        if begins_request(messages, index):
-            return messages[index].id, messages[index:]
-    return None, messages
-
-
-def begins_request(messages: Sequence[BaseMessage], index: int, end: int | None = None) -> bool:
-    """Whether `messages[index]` begins a request: a user message, or the guard's stop
-    with messages after it (before `end`)."""
-    message = messages[index]
-    if isinstance(message, AIMessage):
-        return message.name == GUARD_NAME and index + 1 < (len(messages) if end is None else end)
-    return is_user_message(message)
-
-
-def is_user_message(message: BaseMessage) -> bool:
-    """Whether a message starts a request: a user's, not one the guard inserted, nor a
-    summary of the conversation another middleware wrote in the user's place."""
-    return (
-        isinstance(message, HumanMessage)
-        and message.name != GUARD_NAME
-        and message.additional_kwargs.get("lc_source") != "summarization"
-    )
-
-
-def thread_key(config: RunnableConfig | None) -> str | None:
-    """The conversation key of a LangGraph thread: its id, plus the graph's namespace.
-
-    The namespace keeps a subgraph (a subagent, an agent run inside a tool) apart from
-    its parent and its siblings on one thread.
-    """
-    if not config:
-        return None
-    configurable = config.get("configurable") or {}
-    metadata = config.get("metadata") or {}
-    thread = configurable.get("thread_id", metadata.get("thread_id"))
-    if thread is None:
-        return None
-    namespace = configurable.get("checkpoint_ns")
-    if namespace is None:
-        namespace = metadata.get("langgraph_checkpoint_ns")
-    return within_graph(str(thread), namespace)
-
-
-def thread_key_of_metadata(metadata: Mapping[str, Any] | None) -> str | None:
-    """`thread_key` for a callback's run metadata."""
-    if not metadata or metadata.get("thread_id") is None:
-        return None
-    return within_graph(str(metadata["thread_id"]), metadata.get("langgraph_checkpoint_ns"))
-
-
-def within_graph(base: str, namespace: object) -> str:
-    """`base` (a thread, a top-level run) narrowed to the graph a node runs in.
-
-    A node's namespace is its graph's, then its own task (`"worker:<task>|model:<task>"`):
-    the graph part, task ids included, tells apart sibling subgraphs, parallel runs of
-    one subagent and an agent run inside a tool, and holds for every step of one run.
-    (`metadata["checkpoint_ns"]` is not it: it keeps the outermost subgraph's.)
-    """
-    graph = str(namespace or "").rpartition("|")[0]
-    return f"{base}|{graph}" if graph else base
-
-
 def last_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage | None, list[ToolMessage]]:
     """The last AI message and the tool messages after it."""
     answers: list[ToolMessage] = []
@@ -352,178 +274,6 @@ def last_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage | None, list[
         if isinstance(message, ToolMessage):
             answers.append(message)
     return None, answers[::-1]
-
-
-Observer = Callable[[Call, Sequence[Decision]], object]
-"""Receives each replayed call with the decisions it led to (for the offline scan)."""
-
-
-def replay(
-    engine: Engine,
-    request_id: str | None,
-    messages: Sequence[BaseMessage],
-    observe: Observer | None = None,
-    *,
-    before: RequestState | None = None,
-) -> RequestState:
-    """Rebuild a request's state from its messages, as if the guard had watched it live.
-
-    The engine is deterministic, so checking the recorded calls again reproduces the
-    blocks that were made (a call it blocks is not counted, whatever the history says
-    it returned; nor is a call answered by the guard). A steer is taken as delivered
-    once the model was called after it or it was written into a tool result. `before`
-    is the conversation's state before this request: its recent steps carry over.
-    """
-    state = engine.start_request(before, request_id)
-    return catch_up(engine, state, messages, observe)
-
-
-def catch_up(
-    engine: Engine,
-    state: RequestState,
-    messages: Sequence[BaseMessage],
-    observe: Observer | None = None,
-) -> RequestState:
-    """`state` after the batches of `messages`, as if the guard had watched them live.
-
-    Batches the state holds already change nothing (every transition is idempotent),
-    so a state may catch up on a history that overlaps what it saw.
-    """
-    responses = [
-        index
-        for index, message in enumerate(messages)
-        if isinstance(message, AIMessage) and message.tool_calls
-    ]
-    for number, index in enumerate(responses):
-        message = cast("AIMessage", messages[index])
-        end = responses[number + 1] if number + 1 < len(responses) else len(messages)
-        later = messages[index + 1 : end]
-        calls = calls_of(message)
-        answers = answers_to(calls, later)
-        state, decisions = engine.open_batch(state, calls)
-        for call, answer in zip(calls, answers, strict=True):
-            if answer is None:
-                continue  # still running: the live adapter checks it
-            state, verdict, checked = engine.check_call(state, call)
-            decisions = (*decisions, *checked)
-            if isinstance(verdict, Proceed) and not is_marked(answer, BLOCK_MARK):
-                result = result_of(answer, engine.config.normalizers(call.tool))
-                state, recorded = engine.record_result(state, call, result)
-                decisions = (*decisions, *recorded)
-            if observe is not None and decisions:
-                observe(call, decisions)
-            decisions = ()
-        # The steer was delivered once the model was called again after it, a node wrote
-        # it as a message, or a tool wrote it into its result.
-        delivered = (
-            end < len(messages)
-            or any(isinstance(m, AIMessage) for m in later)
-            or any(isinstance(m, HumanMessage) and m.name == GUARD_NAME for m in later)
-            or any(a is not None and is_marked(a, STEER_MARK) for a in answers)
-        )
-        if delivered:
-            state, _ = engine.take_steer(state)
-    return state
-
-
-def up_to_date(
-    engine: Engine,
-    state: RequestState | None,
-    messages: Sequence[BaseMessage],
-    end: int | None = None,
-) -> RequestState | None:
-    """The state a conversation's history shows, when `state` is not it; else `None`.
-
-    The history is the truth; a state held in memory is a cache that must prove it is
-    current. It is, when it has seen the newest model response in the history and
-    nothing after that response is news to it. Another process that moved the thread
-    on leaves responses, answers or a delivered steer the state has not seen: it
-    catches up on them. A new user message starts a new request, rebuilt from the
-    history. Only the messages since the newest response the state knows are read, so
-    the check costs the same however long the thread is. `end` bounds the history
-    (the messages before it), without a copy of it.
-    """
-    end = len(messages) if end is None else end
-    for index in range(end - 1, -1, -1):
-        message = messages[index]
-        if message.id is not None and begins_request(messages, index, end):
-            if state is None or state.request_id != message.id:
-                return rebuild(engine, messages[:end])
-            since = messages[index + 1 : end]
-            return catch_up(engine, state, since) if _news(state, since) else None
-        if message.id is None and is_user_message(message):
-            # Not the thread's history, where every message has an id: a model call of
-            # another kind on the thread (a middleware's summarizer, say).
-            return None
-        if (
-            state is not None
-            and isinstance(message, AIMessage)
-            and message.tool_calls
-            and engine.declared(state, keys_of(message)[0])
-        ):
-            since = messages[index:end]
-            return catch_up(engine, state, since) if _news(state, since[1:]) else None
-    # No request start in sight (a summary replaced it): what the state knows stands.
-    return None if state is not None else rebuild(engine, messages[:end])
-
-
-def _news(state: RequestState, since: Sequence[BaseMessage]) -> bool:
-    """Whether messages after what `state` has seen hold news for it: a response it has
-    not seen (but the live one, the last message, which the adapters decide), an answer
-    it waits for, or the delivery of its pending steer."""
-    awaiting = {call.id for call in state.awaiting}
-    steer_due = state.steer is not None
-    last = len(since) - 1
-    for index, message in enumerate(since):
-        match message:
-            case AIMessage():
-                news = (bool(message.tool_calls) and index < last) or steer_due
-            case ToolMessage():
-                news = message.tool_call_id in awaiting or (
-                    steer_due and is_marked(message, STEER_MARK)
-                )
-            case HumanMessage():
-                news = steer_due and message.name == GUARD_NAME
-            case _:
-                news = False
-        if news:
-            return True
-    return False
-
-
-def rebuild(engine: Engine, messages: Sequence[BaseMessage]) -> RequestState:
-    """The state of the request a conversation's messages end in, rebuilt from them.
-
-    Only the request is replayed; the batches just before it give the recent steps
-    that outlive a request, so the cost stays flat however long the thread is.
-    """
-    request_id, request = current_request(messages)
-    start = len(messages) - len(request)
-    return replay(engine, request_id, request, before=_recent_steps(engine, messages[:start]))
-
-
-def _recent_steps(engine: Engine, earlier: Sequence[BaseMessage]) -> RequestState | None:
-    """A state holding the last `engine.memory` steps counted in `earlier` messages.
-
-    Each batch is replayed alone, as its own request: only the step it counts matters.
-    Some batches count none (blocked, ignored), so the look back widens until enough
-    steps are found or the history starts.
-    """
-    wanted, first = engine.memory, len(earlier)
-    while True:
-        found = 0
-        while first > 0 and found < wanted:
-            first -= 1
-            message = earlier[first]
-            found += isinstance(message, AIMessage) and bool(message.tool_calls)
-        window = earlier[first:]
-        starts = [i for i, m in enumerate(window) if isinstance(m, AIMessage) and m.tool_calls]
-        state = None
-        for start, end in itertools.pairwise([*starts, len(window)]):
-            state = replay(engine, None, window[start:end], before=state)
-        if first == 0 or (state is not None and len(state.recent) >= engine.memory):
-            return state
-        wanted *= 2
 
 
 def shared_run(

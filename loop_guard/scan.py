@@ -38,7 +38,8 @@ from langchain_core.messages import (
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import Engine
 from loop_guard._guard import GuardEvent
-from loop_guard._langchain import is_user_message, keys_of, replay
+from loop_guard._history import is_user_message, replay
+from loop_guard._langchain import keys_of
 from loop_guard._values import Call, Decision, Proceed
 
 if TYPE_CHECKING:

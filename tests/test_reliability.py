@@ -25,7 +25,7 @@ from loop_guard import (
     guard_tools,
 )
 from loop_guard._fingerprint import args_fingerprint, result_fingerprint
-from loop_guard._langchain import replay
+from loop_guard._history import replay
 from loop_guard.testing import ScriptedChatModel, sequence, stubborn
 
 from .agents import (
