@@ -17,7 +17,7 @@ from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from langchain_core.callbacks.manager import dispatch_custom_event
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
 from langgraph.config import get_stream_writer
 from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE
 from langgraph.types import Command
@@ -87,21 +87,23 @@ def calls_of(message: AIMessage) -> tuple[Call, ...]:
     handler, the wrapped tools, the node, in one process) share its calls, so every
     call's args are fingerprinted once.
     """
+    tool_calls = message.tool_calls
     with _read_lock:
         found = _read.get(id(message))
-        if found is not None and found[0] is message:
+        # The same message, its calls not replaced since (human approval edits them).
+        if found is not None and found[0] is message and found[1] is tool_calls:
             _read.move_to_end(id(message))
-            return found[1]
-    calls = tuple(call_at(message, position) for position in range(len(message.tool_calls)))
+            return found[2]
+    calls = tuple(call_at(message, position) for position in range(len(tool_calls)))
     with _read_lock:
-        _read[id(message)] = (message, calls)  # the message is held: its id stays its own
+        _read[id(message)] = (message, tool_calls, calls)  # held: its id stays its own
         if len(_read) > _READ_KEPT:
             _read.popitem(last=False)
     return calls
 
 
 _READ_KEPT = 256  # responses whose calls are kept: the live ones of many conversations
-_read: OrderedDict[int, tuple[AIMessage, tuple[Call, ...]]] = OrderedDict()
+_read: OrderedDict[int, tuple[AIMessage, list[ToolCall], tuple[Call, ...]]] = OrderedDict()
 _read_lock = threading.Lock()
 
 

@@ -75,3 +75,19 @@ def test_every_call_is_fingerprinted_and_every_result_hashed_once(
     agent, config = _agent(face)
     run(agent, ask(), config, mode)
     assert reads == {"args_fingerprint": STEPS * WIDTH, "result_fingerprint": STEPS * WIDTH}
+
+
+def test_a_response_whose_calls_were_replaced_is_read_again() -> None:
+    """Human approval edits a response by giving it new tool calls: the calls read before
+    are not reused for it."""
+    from langchain_core.messages import AIMessage
+
+    from loop_guard._langchain import calls_of
+
+    message = AIMessage("", id="r1", tool_calls=[{"name": "ls", "args": {"path": "a"}, "id": "c"}])
+    before = calls_of(message)
+    assert calls_of(message) is before  # read once
+    message.tool_calls = [{"name": "ls", "args": {"path": "b"}, "id": "c", "type": "tool_call"}]
+    after = calls_of(message)
+    assert after[0].args == {"path": "b"}
+    assert after[0].fingerprint != before[0].fingerprint
