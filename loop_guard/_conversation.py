@@ -103,8 +103,8 @@ class RunTree:
 
     def start(
         self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None
-    ) -> ConversationKey | None:
-        """Place a starting run in the tree; its conversation."""
+    ) -> None:
+        """Place a starting run in the tree."""
         with self._lock:
             self._parents[run_id] = parent_run_id
             key = None
@@ -117,7 +117,6 @@ class RunTree:
                     key = ConversationKey("run", str(self._top(parent_run_id)), graph)
             if key is not None:
                 self._conversations[run_id] = key
-        return self.conversation_of(run_id)
 
     def end(self, run_id: UUID) -> ConversationKey | None:
         """Forget a finished run; the conversation of a top-level run that ended."""

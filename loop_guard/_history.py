@@ -20,8 +20,8 @@ from loop_guard._langchain import (
     STEER_MARK,
     answers_to,
     calls_of,
+    first_key,
     is_marked,
-    keys_of,
     result_of,
 )
 from loop_guard._messages import GUARD_NAME
@@ -166,7 +166,7 @@ def up_to_date(
             state is not None
             and isinstance(message, AIMessage)
             and message.tool_calls
-            and engine.declared(state, keys_of(message)[0])
+            and engine.declared(state, first_key(message))
         ):
             since = messages[index:end]
             return catch_up(engine, state, since) if _news(state, since[1:]) else None
@@ -178,7 +178,7 @@ def _news(state: RequestState, since: Sequence[BaseMessage]) -> bool:
     """Whether messages after what `state` has seen hold news for it: a response it has
     not seen (but the live one, the last message, which the adapters decide), an answer
     it waits for, or the delivery of its pending steer."""
-    awaiting = {call.id for call in state.awaiting}
+    awaiting: set[str] | None = None  # read only when an answer comes up
     steer_due = state.steer is not None
     last = len(since) - 1
     for index, message in enumerate(since):
@@ -186,6 +186,8 @@ def _news(state: RequestState, since: Sequence[BaseMessage]) -> bool:
             case AIMessage():
                 news = (bool(message.tool_calls) and index < last) or steer_due
             case ToolMessage():
+                if awaiting is None:
+                    awaiting = {call.id for call in state.awaiting}
                 news = message.tool_call_id in awaiting or (
                     steer_due and is_marked(message, STEER_MARK)
                 )

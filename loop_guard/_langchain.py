@@ -123,6 +123,11 @@ def call_at(message: AIMessage, position: int) -> Call:
     )
 
 
+def first_key(message: AIMessage) -> str:
+    """The `Call.key` of a model response's first call: enough to tell the response."""
+    return f"{message.id}#0" if message.id else call_at(message, 0).key
+
+
 def keys_of(message: AIMessage) -> list[str]:
     """The `Call.key`s of a model response's calls, without fingerprinting their args."""
     if message.id:

@@ -105,7 +105,8 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Bring the conversation up to date; refuse the model call once it stopped."""
-        key = self.start(run_id, parent_run_id, metadata)
+        self.start(run_id, parent_run_id, metadata)
+        key = self.conversation_of(run_id)
         stop = None
         try:
             if key is not None and messages:
@@ -150,7 +151,8 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Pair the tool run with the call it answers."""
-        key = self.start(run_id, parent_run_id, metadata)
+        self.start(run_id, parent_run_id, metadata)
+        key = self.conversation_of(run_id)
         try:
             if key is not None:
                 session = self.guard.session(str(key))
