@@ -20,9 +20,9 @@ from langchain_core.runnables import RunnableConfig
 from typing_extensions import override
 
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._history import up_to_date
+from loop_guard._history import current_request, up_to_date
 
-Scope = Literal["thread", "run", "history", "request"]
+Scope = Literal["thread", "run", "request"]
 
 
 @final
@@ -32,12 +32,10 @@ class ConversationKey:
 
     Attributes:
         scope: `'thread'` (a LangGraph thread), `'run'` (a top-level run outside any
-            thread, which the handler sees from its start), `'history'` (a graph run
-            outside any thread, known by the first message of its history) or
-            `'request'` (an agent's request outside any thread, as the middleware
-            keeps it).
-        id: The thread id, the top-level run id, the first message's id, or the
-            request's id.
+            thread, which the handler sees from its start) or `'request'` (a request
+            outside any thread: a graph's, known by its user message, or the
+            middleware's own).
+        id: The thread id, the top-level run id, or the request's id.
         graph: The namespace of the subgraph within it, task ids included (`""` for
             the top-level graph): sibling subagents, an agent run inside a tool and
             parallel runs of one subagent are each a conversation of their own.
@@ -153,8 +151,8 @@ def conversation_for(
     """The conversation of a node or tool: the one the handler would name.
 
     The thread when there is one; else the handler's run, when a handler for this
-    guard watches; else the history's first message (found at once, where the request's
-    user message would cost a walk back through the history at every step).
+    guard watches; else the request's user message (not the history's first message,
+    which runs often share: a system prompt).
     """
     thread = thread_of(config)
     if thread is not None:
@@ -164,8 +162,8 @@ def conversation_for(
         for handler in callbacks.handlers:
             if isinstance(handler, RunTree) and getattr(handler, "guard", None) is guard:
                 return handler.conversation_of(callbacks.parent_run_id)
-    first = messages[0].id if messages else None
-    return None if first is None else ConversationKey("history", first)
+    request_id, _ = current_request(messages)
+    return None if request_id is None else ConversationKey("request", request_id)
 
 
 def watched(guard: LoopGuard, config: RunnableConfig | None) -> bool:

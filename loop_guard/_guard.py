@@ -35,8 +35,7 @@ class GuardEvent:
             guard itself failed on an event (the agent went on unguarded for it).
         conversation: The conversation key: the thread id, followed by the graph's
             namespace in a subgraph or subagent (`"t|worker:<task id>"`); outside a
-            thread, `"run:<top-level run id>"`, `"history:<first message id>"` or
-            `"request:<request id>"` (the middleware's).
+            thread, `"run:<top-level run id>"` or `"request:<request id>"`.
         tool: The repeated tool.
         args: The repeated call's args (`None` when not known, e.g. after a restore).
         streak: Identical steps in a row when the event happened (for a cycle: its

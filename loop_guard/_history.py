@@ -154,7 +154,9 @@ def up_to_date(
     for index in range(end - 1, -1, -1):
         message = messages[index]
         if message.id is not None and begins_request(messages, index, end):
-            if state is None or state.request_id != message.id:
+            if state is None or state.request_id != message.id or state.batch or state.settled:
+                # A new request; or a state that has seen responses none of which is in
+                # this history (a fork from an earlier checkpoint): not a prefix of it.
                 return rebuild(engine, messages[:end])
             since = messages[index + 1 : end]
             return catch_up(engine, state, since) if _news(state, since) else None

@@ -135,12 +135,22 @@ def keys_of(message: AIMessage) -> list[str]:
     return [call.key for call in calls_of(message)]
 
 
-def position_of(message: AIMessage, tool_call_id: str | None, name: str) -> int | None:
-    """Where the tool call with this id and tool name sits in a model response."""
-    for position, tool_call in enumerate(message.tool_calls):
-        if (tool_call.get("id") or "") == (tool_call_id or "") and tool_call["name"] == name:
-            return position
-    return None
+def position_of(
+    message: AIMessage, tool_call_id: str | None, name: str, args: Any = None
+) -> int | None:
+    """Where the tool call with this id and tool name sits in a model response.
+
+    A provider may give several calls of one response the same id (or none): then the
+    one with these `args` is it (identical calls are alike, whichever is taken).
+    """
+    found = [
+        position
+        for position, tool_call in enumerate(message.tool_calls)
+        if (tool_call.get("id") or "") == (tool_call_id or "") and tool_call["name"] == name
+    ]
+    if len(found) > 1 and args is not None:
+        return next((p for p in found if message.tool_calls[p].get("args") == args), found[0])
+    return found[0] if found else None
 
 
 def answers_to(calls: Sequence[Call], answers: Sequence[BaseMessage]) -> list[ToolMessage | None]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from typing import Any
 from uuid import UUID
 
@@ -77,7 +79,9 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         guard.subscribe(dispatch_event)
         logging.getLogger("langchain_core.callbacks.manager").addFilter(_QUIET_STOPS)
         self._tools: dict[UUID, tuple[Session, Call]] = {}
-        self._claimed: dict[str, set[str]] = {}  # per conversation: calls a tool run answers
+        self._claiming = threading.Lock()
+        # Per conversation: the calls of its latest responses a tool run answers already.
+        self._claimed: OrderedDict[str, set[str]] = OrderedDict()
 
     @override
     def on_chain_start(
@@ -114,6 +118,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         except Exception as error:
             self.guard.report_fault(str(key), error)
         if stop is not None:
+            self.end(run_id)  # no error callback follows for this model run
             raise LoopGuardAbort(stop)
 
     @override
@@ -190,11 +195,22 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         """The call of the latest responses that this tool run answers: the first one with
         its tool-call id and tool that no run claimed yet (a provider may repeat ids, so
         the id alone does not tell)."""
-        claimed = self._claimed.setdefault(session.conversation, set())
-        for call in session.latest_calls:
-            if call.id == (tool_call_id or "") and call.tool == name and call.key not in claimed:
-                claimed.add(call.key)
-                return call
+        latest = session.latest_calls
+        with self._claiming:
+            # Claims outlive neither the latest responses nor the guard's conversations.
+            keys = {call.key for call in latest}
+            claimed = self._claimed.pop(session.conversation, set()) & keys
+            self._claimed[session.conversation] = claimed
+            while len(self._claimed) > self.guard.max_conversations:
+                self._claimed.popitem(last=False)
+            for call in latest:
+                if (
+                    call.id == (tool_call_id or "")
+                    and call.tool == name
+                    and call.key not in claimed
+                ):
+                    claimed.add(call.key)
+                    return call
         return None
 
     def _record(self, run_id: UUID, output: Any, result: Result | None) -> None:
@@ -216,5 +232,6 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         if ended is not None:
             # A top-level run has ended: free its conversation. A thread that goes on later
             # (a new request, or a resume after an interrupt) is rebuilt from its history.
-            self._claimed.pop(str(ended), None)
+            with self._claiming:
+                self._claimed.pop(str(ended), None)
             self.guard.end_request(str(ended))

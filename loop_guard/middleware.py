@@ -323,7 +323,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             position = (
                 None
                 if message is None
-                else position_of(message, tool_call.get("id"), tool_call["name"])
+                else position_of(
+                    message, tool_call.get("id"), tool_call["name"], tool_call.get("args")
+                )
             )
             if message is None or position is None:
                 return None
@@ -354,7 +356,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             position = (
                 None
                 if message is None
-                else position_of(message, tool_call.get("id"), tool_call["name"])
+                else position_of(
+                    message, tool_call.get("id"), tool_call["name"], tool_call.get("args")
+                )
             )
             if message is None or position is None:
                 return None
@@ -445,11 +449,11 @@ class _Turn(Generic[ResponseT]):
             self.ending = list(answers)
             return
         reply, _ = last_batch(response.result)
-        refused = {a.tool_call_id for a in answers if isinstance(a, ToolMessage)}
+        refusals = sum(isinstance(answer, ToolMessage) for answer in answers)  # one per call
         if (
             reply is not None
             and reply.tool_calls
-            and all(call["id"] in refused for call in reply.tool_calls)
+            and refusals == len(reply.tool_calls)
             and response.structured_response is None
         ):
             self._add(answers)

@@ -206,7 +206,7 @@ class GuardedTool(BaseTool):
         position = (
             None
             if ai_message is None or tool_call is None
-            else position_of(ai_message, call_id, self.name)
+            else position_of(ai_message, call_id, self.name, self._model_args(args))
         )
         siblings: Sequence[Call] = ()
         if ai_message is None or position is None:
@@ -238,10 +238,14 @@ class GuardedTool(BaseTool):
         )
 
     def _call_from_args(self, call_id: str | None, args: Any) -> Call:
-        """A call no AI message shows (a direct invocation): its args minus injected ones."""
-        if isinstance(args, Mapping):  # drop injected arguments: the model never saw them
-            args = {key: value for key, value in args.items() if key in self._model_arg_names}
-        return Call.of(self.name, args, id=call_id)
+        """A call no AI message shows (a direct invocation)."""
+        return Call.of(self.name, self._model_args(args), id=call_id)
+
+    def _model_args(self, args: Any) -> Any:
+        """The args as the model gave them: without the injected ones it never saw."""
+        if isinstance(args, Mapping):
+            return {key: value for key, value in args.items() if key in self._model_arg_names}
+        return args
 
     @contextlib.contextmanager
     def _recording_failure(self, decision: _Decision) -> Iterator[None]:

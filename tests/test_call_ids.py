@@ -159,3 +159,41 @@ def test_the_scan_reads_a_history_with_reused_ids(scheme: str) -> None:
     expected = found(history(lambda turn, position: f"call_{turn}"))
     assert expected == [(3, "warn"), (5, "block"), (6, "block"), (7, "block"), (7, "abort")]
     assert found(history(SCHEMES[scheme])) == expected
+
+
+def _once_more_beside_another(ids: IdScheme) -> Script:
+    """`list_dir(".")` four times, then a response of `list_dir("src")` and the fifth
+    `list_dir(".")` (which must be refused), then an answer."""
+    same, other = ("list_dir", {"path": "."}), ("list_dir", {"path": "src"})
+
+    def script(messages: Any, index: int) -> AIMessage:
+        if index > 4:
+            return AIMessage("done")
+        calls = [same] if index < 4 else [other, same]
+        return AIMessage(
+            "",
+            tool_calls=[
+                {"name": name, "args": dict(args), "id": ids(index, n), "type": "tool_call"}
+                for n, (name, args) in enumerate(calls)
+            ],
+        )
+
+    return script
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("face", FACES)
+def test_calls_sharing_an_id_within_one_response_are_told_apart(face: str, mode: Mode) -> None:
+    """Two calls of one response with the same empty id: the repeated one is refused and
+    the new one runs, as with unique ids (before: the new one never ran, or the repeated
+    one ran and was not refused)."""
+    results = []
+    for ids in (lambda turn, position: f"c{turn}_{position}", SCHEMES["empty"]):
+        runs = ToolRuns()
+        agent, config = _agent(face, _once_more_beside_another(ids), runs)
+        messages = run(agent, ask(), config, mode)
+        refused = sum("was blocked" in str(m.content) for m in messages if m.type == "tool")
+        lines = sorted(_in_band_steer_moved(timeline(messages)))  # same-id answers: any order
+        results.append((runs.counts["list_dir"], refused, lines))
+    assert results[1] == results[0]
+    assert results[0][:2] == (5, 1)

@@ -41,6 +41,7 @@ from .agents import (
     make_tools,
     run,
     steers,
+    timeline,
 )
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
@@ -483,3 +484,98 @@ def test_a_summary_another_middleware_writes_is_not_a_new_request(face: str) -> 
             agent.invoke(ask(), {**config, "callbacks": [LoopGuardCallbackHandler(guard)]})
         assert guard.stats.warnings == 1
     assert runs.counts["read_file"] == 4
+
+
+def _lists_four_times(messages: Any, index: int) -> AIMessage:
+    """`list_dir(".")` four times per request, then an answer."""
+    request = current_request(messages)
+    turns = sum(isinstance(m, AIMessage) for m in request)
+    return tool_calls_message(("list_dir", {"path": "."})) if turns < 4 else AIMessage("done")
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_a_fork_from_an_earlier_checkpoint_decides_as_a_fresh_process(mode: Mode) -> None:
+    """Continuing a thread from an earlier checkpoint (a fork, time travel): the memory the
+    process holds is ahead of that history, so it is rebuilt from it, and the fork decides
+    as a fresh process does (before: the old steps counted twice, the fork was stopped)."""
+    saver = InMemorySaver()
+    first = LoopGuard()
+    graph = build_graph(
+        ScriptedChatModel(script=_lists_four_times), make_tools(ToolRuns()), first,
+        checkpointer=saver,
+    )  # fmt: skip
+    graph.invoke(ask(), THREAD)
+    fork = next(
+        snapshot
+        for snapshot in graph.get_state_history(THREAD)
+        if snapshot.next == ("model",)
+        and sum(isinstance(m, ToolMessage) for m in snapshot.values["messages"]) == 1
+    )
+    decided = []
+    for guard in (first, LoopGuard()):  # the same process, then a fresh one
+        events: list[GuardEvent] = []
+        guard.on_event = events.append
+        forked = build_graph(
+            ScriptedChatModel(script=_lists_four_times), make_tools(ToolRuns()), guard,
+            checkpointer=saver,
+        )  # fmt: skip
+        messages = run(forked, None, fork.config, mode)
+        decided.append(([(e.kind, e.streak) for e in events], timeline(messages)))
+    assert decided[0] == decided[1]
+    assert decided[0][0] == [("warn", 3)]
+
+
+def test_inputs_invoked_twice_without_a_thread_start_fresh() -> None:
+    """The same inputs invoked twice on one guard, no thread, no handler: LangGraph gives
+    the user message its id in place, so both runs name the same request; the second is
+    rebuilt from its own history (before: it inherited the first run's stop and the tool
+    raised LoopGuardAbort)."""
+    guard = LoopGuard()
+    inputs = ask()
+    outcomes = []
+    for _ in range(2):
+        runs = ToolRuns()
+        graph = build_graph(ScriptedChatModel(script=stubborn(READ_NOTES)), make_tools(runs), guard)
+        messages = graph.invoke(inputs, {"recursion_limit": 60})["messages"]
+        outcomes.append((runs.counts["read_file"], final_stop(messages) is not None))
+    assert outcomes == [(4, True), (4, True)]
+
+
+def test_concurrent_runs_sharing_a_system_message_are_apart() -> None:
+    """Sixteen runs at once without a thread, all starting with one module-level system
+    message: each is its own conversation, steered and stopped alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    guard = LoopGuard()
+    system = SystemMessage("You are helpful.")
+
+    def one(n: int) -> tuple[int, int, bool]:
+        runs = ToolRuns()
+        graph = build_graph(ScriptedChatModel(script=stubborn(READ_NOTES)), make_tools(runs), guard)
+        inputs = {"messages": [system, HumanMessage(f"question {n}")]}
+        messages = graph.invoke(inputs, {"recursion_limit": 60})["messages"]
+        return runs.counts["read_file"], len(steers(messages)), final_stop(messages) is not None
+
+    with ThreadPoolExecutor(8) as pool:
+        assert set(pool.map(one, range(16))) == {(4, 1, True)}
+
+
+def test_the_handler_memory_stays_bounded_with_subagents() -> None:
+    """A handler watching a caller that runs a subagent inside a tool, 30 requests: what it
+    keeps per conversation stays within the guard's bound, and no run outlives its request,
+    not even the model run a stop refused."""
+    from .test_namespaces import Guarded, caller_with_subagent
+
+    shared = Guarded("handler")
+    shared.guard.max_conversations = 5
+    caller, _, _ = caller_with_subagent(
+        shared, ["find notes"], pass_config=True, checkpointer=InMemorySaver()
+    )
+    for n in range(30):
+        shared.run(caller, f"go {n}", "invoke")
+    handler = shared.handler
+    assert len(handler._claimed) <= 5
+    assert sum(map(len, handler._claimed.values())) <= 10
+    assert handler._parents == {}
