@@ -157,22 +157,29 @@ def conversation_for(
     thread = thread_of(config)
     if thread is not None:
         return thread
-    callbacks = (config or {}).get("callbacks")
-    if isinstance(callbacks, BaseCallbackManager):
-        for handler in callbacks.handlers:
-            if isinstance(handler, RunTree) and getattr(handler, "guard", None) is guard:
-                return handler.conversation_of(callbacks.parent_run_id)
+    watching = _watching(guard, config)
+    if watching is not None:
+        handler, callbacks = watching
+        return handler.conversation_of(callbacks.parent_run_id)
     request_id, _ = current_request(messages)
     return None if request_id is None else ConversationKey("request", request_id)
 
 
 def watched(guard: LoopGuard, config: RunnableConfig | None) -> bool:
     """Whether a callback handler for `guard` watches the run `config` belongs to."""
+    return _watching(guard, config) is not None
+
+
+def _watching(
+    guard: LoopGuard, config: RunnableConfig | None
+) -> tuple[RunTree, BaseCallbackManager] | None:
+    """The callback handler for `guard` watching this run, with the run's manager."""
     callbacks = (config or {}).get("callbacks")
-    return isinstance(callbacks, BaseCallbackManager) and any(
-        isinstance(handler, RunTree) and getattr(handler, "guard", None) is guard
-        for handler in callbacks.handlers
-    )
+    if isinstance(callbacks, BaseCallbackManager):
+        for handler in callbacks.handlers:
+            if isinstance(handler, RunTree) and getattr(handler, "guard", None) is guard:
+                return handler, callbacks
+    return None
 
 
 def session_for(

@@ -233,9 +233,9 @@ class LoopGuard:
         """The transitions of a conversation whose state the caller keeps, as a snapshot
         (`RequestState.to_dict`), e.g. in a checkpoint.
 
-        Its decisions are published when the caller says (`Session.publish`, or at the
-        end of a `with` block), once even when the caller runs the same transitions again
-        on the same snapshot (a retried model call); then read the new `snapshot()`.
+        Its decisions are published when the caller says (`Session.publish`), once even
+        when the caller runs the same transitions again on the same snapshot (a retried
+        model call); then read the new `snapshot()`.
         """
         with self._lock:
             known = self._snapshots.get(id(snapshot))
@@ -426,12 +426,6 @@ class Session:
         self._detached = state is not None
         self._state = _KEPT_BY_GUARD if state is None else state
         self._decisions: list[Decision] = []  # a detached session's, published on close
-
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.publish()
 
     def publish(self) -> None:
         """Publish a detached session's decisions so far, once per point of its request

@@ -120,15 +120,7 @@ def catch_up(
             if observe is not None and decisions:
                 observe(call, decisions)
             decisions = ()
-        # The steer was delivered once the model was called again after it, a node wrote
-        # it as a message, or a tool wrote it into its result.
-        delivered = (
-            end < len(messages)
-            or any(isinstance(m, AIMessage) for m in later)
-            or any(isinstance(m, HumanMessage) and m.name == GUARD_NAME for m in later)
-            or any(a is not None and is_marked(a, STEER_MARK) for a in answers)
-        )
-        if delivered:
+        if end < len(messages) or any(map(_delivers_steer, later)):
             state, _ = engine.take_steer(state)
     return state
 
@@ -184,22 +176,26 @@ def _news(state: RequestState, since: Sequence[BaseMessage]) -> bool:
     steer_due = state.steer is not None
     last = len(since) - 1
     for index, message in enumerate(since):
-        match message:
-            case AIMessage():
-                news = (bool(message.tool_calls) and index < last) or steer_due
-            case ToolMessage():
-                if awaiting is None:
-                    awaiting = {call.id for call in state.awaiting}
-                news = message.tool_call_id in awaiting or (
-                    steer_due and is_marked(message, STEER_MARK)
-                )
-            case HumanMessage():
-                news = steer_due and message.name == GUARD_NAME
-            case _:
-                news = False
-        if news:
+        if steer_due and _delivers_steer(message):
             return True
+        if isinstance(message, AIMessage) and message.tool_calls and index < last:
+            return True
+        if isinstance(message, ToolMessage):
+            if awaiting is None:
+                awaiting = {call.id for call in state.awaiting}
+            if message.tool_call_id in awaiting:
+                return True
     return False
+
+
+def _delivers_steer(message: BaseMessage) -> bool:
+    """Whether a message shows a due steer delivered: the model called again after it,
+    a node wrote it as a message, or a tool wrote it into its result."""
+    if isinstance(message, AIMessage):
+        return True
+    if isinstance(message, HumanMessage):
+        return message.name == GUARD_NAME
+    return is_marked(message, STEER_MARK)
 
 
 def rebuild(engine: Engine, messages: Sequence[BaseMessage]) -> RequestState:

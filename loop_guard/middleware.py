@@ -318,18 +318,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         if not self.guard.config.dedupe_siblings:
             return None
         try:
-            message, _ = last_batch(messages_of(request.state))
-            tool_call = request.tool_call
-            position = (
-                None
-                if message is None
-                else position_of(
-                    message, tool_call.get("id"), tool_call["name"], tool_call.get("args")
-                )
-            )
-            if message is None or position is None:
+            placed = _placed(request)
+            if placed is None:
                 return None
-            siblings = calls_of(message)
+            siblings, position = placed
             return _conversation(request.state), siblings[position], siblings
         except Exception as error:  # a fault of the guard: this call runs unshared
             self.guard.report_fault(None, error)
@@ -351,18 +343,11 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             session = self.guard.detached(_conversation(request.state), snapshot)
             if not session.refused_any:
                 return None  # the common case: nothing of the reply was refused
-            message, _ = last_batch(messages_of(request.state))
-            tool_call = request.tool_call
-            position = (
-                None
-                if message is None
-                else position_of(
-                    message, tool_call.get("id"), tool_call["name"], tool_call.get("args")
-                )
-            )
-            if message is None or position is None:
+            placed = _placed(request)
+            if placed is None:
                 return None
-            call = calls_of(message)[position]
+            siblings, position = placed
+            call = siblings[position]
             verdict = session.verdict_of(call)
             if not isinstance(verdict, Block):
                 return None
@@ -383,6 +368,16 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         except Exception as error:
             self.guard.report_fault(session.conversation, error)
             return None
+
+
+def _placed(request: ToolCallRequest) -> tuple[Sequence[Call], int] | None:
+    """The calls of the reply a tool call belongs to, and its position among them."""
+    message, _ = last_batch(messages_of(request.state))
+    if message is None:
+        return None
+    tool_call = request.tool_call
+    position = position_of(message, tool_call.get("id"), tool_call["name"], tool_call.get("args"))
+    return None if position is None else (calls_of(message), position)
 
 
 def _conversation(state: LoopGuardState[Any]) -> str:

@@ -268,8 +268,10 @@ class GuardedTool(BaseTool):
             return output
         try:
             normalizers = self.guard.config.normalizers(call.tool)
+            result = None
             if session.needs_result(call):  # else the handler recorded it already
-                session.record_result(call, result_of(output, normalizers))
+                result = result_of(output, normalizers)
+                session.record_result(call, result)
             deliver = self.deliver_steer
             if deliver is None:
                 deliver = self._steers_here(session, decision.watched)
@@ -278,7 +280,9 @@ class GuardedTool(BaseTool):
             steer = session.take_steer()
             if steer is None:
                 return output
-            return _with_steer(output, steer.message, result_of(output, normalizers))
+            if result is None:
+                result = result_of(output, normalizers)
+            return _with_steer(output, steer.message, result)
         except Exception as error:  # a fault of the guard: the tool's output goes through
             self.guard.report_fault(session.conversation, error)
             return output
