@@ -189,18 +189,26 @@ def run(scale: Scale) -> Section:
         )
         for problem in sorted(set(variant.problems)):
             section.notes.append(f"**{variant.name}: run not healthy: {problem}.**")
+    # The target: what the guard adds is at most 1.3x what the peer adds, plus 5
+    # points of the unguarded run (per step), so that run-to-run noise in a small
+    # difference cannot fail a guard that costs about what the peer costs.
     for name in (
         "agent: LoopGuardMiddleware",
         "graph: node + wrapped tools",
         "graph: node + wrapped tools + handler",
     ):
-        value = added[name] / peer_added if peer_added > 0 else float("inf")
+        kind = name.split(":", 1)[0]
+        run_per_step = median(samples[base[kind]]) / steps
+        allowed = 1.3 * peer_added + 0.05 * run_per_step
+        value = added[name]
         section.targets.append(
             Target(
                 name=f"added wall time vs ToolCallLimitMiddleware's, {name}",
-                goal="≤ 1.5x",
-                measured=ratio(value) if peer_added > 0 else "peer added ≤ 0 (noise)",
-                holds=value <= 1.5 if peer_added > 0 else None,
+                goal="≤ 1.3x the peer's + 5% of the run",
+                measured=f"{us(value)} (allowed {us(allowed)}; {ratio(value / peer_added)})"
+                if peer_added > 0
+                else "peer added ≤ 0 (noise)",
+                holds=value <= allowed if peer_added > 0 else None,
             )
         )
     for name, limit in (

@@ -91,12 +91,13 @@ class RunTree:
     """The conversations of live callback runs, from their metadata and parents.
 
     Thread-safe. A run in a thread belongs to the thread (narrowed to its graph); a run
-    outside any thread belongs to its top-level run, or to a subgraph within it.
+    outside any thread belongs to its top-level run, or to a subgraph within it. A run's
+    conversation is worked out when asked for: most runs (a graph's chains) never are.
     """
 
     def __init__(self) -> None:
-        self._parents: dict[UUID, UUID | None] = {}
-        self._conversations: dict[UUID, ConversationKey] = {}
+        # Each live run: its parent, and its metadata when it has any.
+        self._runs: dict[UUID, tuple[UUID | None, Mapping[str, Any] | None]] = {}
         self._lock = threading.Lock()
 
     def start(
@@ -104,43 +105,49 @@ class RunTree:
     ) -> None:
         """Place a starting run in the tree."""
         with self._lock:
-            self._parents[run_id] = parent_run_id
-            key = None
-            if metadata and metadata.get("thread_id") is not None:
-                namespace = metadata.get("langgraph_checkpoint_ns")
-                key = ConversationKey("thread", str(metadata["thread_id"]), graph_of(namespace))
-            elif metadata and parent_run_id is not None:
-                graph = graph_of(metadata.get("langgraph_checkpoint_ns"))
-                if graph:  # a subgraph's runs (an agent run inside a tool)
-                    key = ConversationKey("run", str(self._top(parent_run_id)), graph)
-            if key is not None:
-                self._conversations[run_id] = key
+            self._runs[run_id] = (parent_run_id, metadata or None)
 
     def end(self, run_id: UUID) -> ConversationKey | None:
         """Forget a finished run; the conversation of a top-level run that ended."""
         with self._lock:
-            parent = self._parents.pop(run_id, None)
-            key = self._conversations.pop(run_id, None)
-        if parent is not None:
-            return None
+            if self._runs.get(run_id, (None, None))[0] is not None:
+                del self._runs[run_id]
+                return None
+            key = self._own(run_id)
+            self._runs.pop(run_id, None)
         return key or ConversationKey("run", str(run_id))
 
     def conversation_of(self, run_id: UUID | None) -> ConversationKey | None:
         """The conversation a live run belongs to, or `None` for a run never seen."""
         with self._lock:
             while run_id is not None:
-                if run_id in self._conversations:
-                    return self._conversations[run_id]
-                parent = self._parents.get(run_id, run_id)
-                if parent == run_id:
+                if run_id not in self._runs:
                     return None  # a run this tree never saw
+                key = self._own(run_id)
+                if key is not None:
+                    return key
+                parent, _ = self._runs[run_id]
                 if parent is None:
                     return ConversationKey("run", str(run_id))
                 run_id = parent
         return None
 
+    def _own(self, run_id: UUID) -> ConversationKey | None:
+        """The conversation a run's own metadata places it in, if any (under `_lock`)."""
+        parent, metadata = self._runs.get(run_id, (None, None))
+        if metadata is None:
+            return None
+        if metadata.get("thread_id") is not None:
+            namespace = metadata.get("langgraph_checkpoint_ns")
+            return ConversationKey("thread", str(metadata["thread_id"]), graph_of(namespace))
+        if parent is not None:
+            graph = graph_of(metadata.get("langgraph_checkpoint_ns"))
+            if graph:  # a subgraph's runs (an agent run inside a tool)
+                return ConversationKey("run", str(self._top(parent)), graph)
+        return None
+
     def _top(self, run_id: UUID) -> UUID:
-        while (parent := self._parents.get(run_id)) is not None:
+        while (parent := self._runs.get(run_id, (None, None))[0]) is not None:
             run_id = parent
         return run_id
 

@@ -237,11 +237,22 @@ class LoopGuard:
         when the caller runs the same transitions again on the same snapshot (a retried
         model call); then read the new `snapshot()`.
         """
+        return Session(self, conversation, self._restored(snapshot))
+
+    def refuses_any(self, snapshot: Mapping[str, Any] | None) -> bool:
+        """Whether a call of the latest responses in a snapshot was refused (blocked,
+        or not run): what a tool node asks before every call, answered without a
+        conversation's session."""
+        state = self._restored(snapshot)
+        return any(entry.block is not None for entry in (*state.batch, *state.settled))
+
+    def _restored(self, snapshot: Mapping[str, Any] | None) -> RequestState:
+        """The state of a snapshot; one this guard wrote is not parsed again."""
         with self._lock:
             known = self._snapshots.get(id(snapshot))
         if known is not None and known[0] is snapshot:
-            return Session(self, conversation, known[1])  # one it wrote: no need to parse
-        return Session(self, conversation, RequestState.from_dict(snapshot))
+            return known[1]
+        return RequestState.from_dict(snapshot)
 
     def _snapshot(self, state: RequestState) -> dict[str, Any]:
         """`state`'s snapshot, remembered with it, so that reading it back costs nothing
@@ -300,29 +311,31 @@ class LoopGuard:
         """The `Stop` that ended the conversation's current request, if any."""
         return self.session(conversation).stop
 
-    def _emit(self, conversation: str, decisions: Iterable[Decision]) -> None:
-        """Count each decision; log and publish each warning, block and stop as an event.
-
-        Published to `on_event` and to every subscribed sink; a failing receiver is
-        logged, never passed on to the agent.
-        """
+    def _count(self, conversation: str, decisions: Iterable[Decision]) -> list[GuardEvent]:
+        """Count each decision (under `_lock`); the events of its warnings, blocks and
+        stops, to be published (`_publish_all`) once the lock is released."""
         events = []
-        with self._lock:
-            for decision in decisions:
-                if isinstance(decision, (Proceed, Block)):
-                    self._counts[decision.call.tool, "calls"] += 1
-                if isinstance(decision, Proceed):
-                    continue
-                event = GuardEvent.of(conversation, decision)
-                self._counts[event.tool, _COUNTER_OF_KIND[event.kind]] += 1
-                events.append(event)
+        for decision in decisions:
+            if isinstance(decision, Proceed):  # the common case: counted, nothing to tell
+                self._counts[decision.call.tool, "calls"] += 1
+                continue
+            if isinstance(decision, Block):
+                self._counts[decision.call.tool, "calls"] += 1
+            event = GuardEvent.of(conversation, decision)
+            self._counts[event.tool, _COUNTER_OF_KIND[event.kind]] += 1
+            events.append(event)
+        return events
+
+    def _publish_all(self, events: Iterable[GuardEvent]) -> None:
+        """Log and publish each event to `on_event` and every subscribed sink; a failing
+        receiver is logged, never passed on to the agent."""
         for event in events:
             # Steers and blocks are routine (INFO); a stopped request deserves a WARNING.
             level = logging.INFO if event.kind in ("warn", "block") else logging.WARNING
             self._publish(event, level)
 
     def _emit_once(self, conversation: str, turn: object, decisions: Iterable[Decision]) -> None:
-        """`_emit`, without what this conversation's `turn` published already.
+        """Count and publish `decisions`, but what this conversation's `turn` published already.
 
         For adapters whose hooks other middleware may run again with the same input
         (a model call retried, or handed to a fallback model): the decisions they reach
@@ -342,7 +355,8 @@ class LoopGuard:
             self._published[conversation] = (turn, published)
             while len(self._published) > self.max_conversations:
                 self._published.popitem(last=False)
-        self._emit(conversation, fresh)
+            events = self._count(conversation, fresh)
+        self._publish_all(events)
 
     def report_fault(self, conversation: str | None, error: BaseException) -> None:
         """The guard failed on an event: the agent goes on unguarded for that event.
@@ -489,12 +503,6 @@ class Session:
             if self.conversation in self._guard._states:
                 self._guard._node_served.add(self.conversation)
 
-    @property
-    def refused_any(self) -> bool:
-        """Whether a call of the latest responses was refused (blocked, or not run)."""
-        state = self.state
-        return any(entry.block is not None for entry in (*state.batch, *state.settled))
-
     def verdict_of(self, call: Call) -> Proceed | Block | Stop | None:
         """The verdict `call` already had, or `None` when it was not decided yet."""
         state = self.state
@@ -564,16 +572,17 @@ class Session:
     ) -> _T:
         """Run one transition atomically, keep its state and publish its decisions."""
         guard = self._guard
-        with guard._lock:
-            if self._detached:
-                self._state, value, decisions = step(self._state)
-            else:
-                state, value, decisions = step(guard._state(self.conversation))
-                guard._store(self.conversation, state)
         if self._detached:
+            with guard._lock:
+                self._state, value, decisions = step(self._state)
             self._decisions.extend(decisions)
-        elif decisions:
-            guard._emit(self.conversation, decisions)
+            return value
+        with guard._lock:
+            state, value, decisions = step(guard._state(self.conversation))
+            guard._store(self.conversation, state)
+            events = guard._count(self.conversation, decisions) if decisions else ()
+        if events:
+            guard._publish_all(events)
         return value
 
 

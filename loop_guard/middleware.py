@@ -340,9 +340,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """
         try:
             snapshot = request.state.get("loop_guard")
-            session = self.guard.detached(_conversation(request.state), snapshot)
-            if not session.refused_any:
+            if not self.guard.refuses_any(snapshot):
                 return None  # the common case: nothing of the reply was refused
+            session = self.guard.detached(_conversation(request.state), snapshot)
             placed = _placed(request)
             if placed is None:
                 return None

@@ -578,4 +578,4 @@ def test_the_handler_memory_stays_bounded_with_subagents() -> None:
     handler = shared.handler
     assert len(handler._claimed) <= 5
     assert sum(map(len, handler._claimed.values())) <= 10
-    assert handler._parents == {}
+    assert handler._runs == {}
