@@ -4,13 +4,16 @@ Pure and framework-free: every transition takes a `RequestState` and returns a n
 with the decisions it implies. Adapters keep the state wherever suits them (the
 `LoopGuard` registry, or a checkpointed field of the agent state) and act on the
 decisions.
+
+A transition that changes anything copies the state it was given once (`clone`); the
+private helpers change that copy in place, so a step builds one new state, not one per
+field it touches.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any, final
+from typing import final
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
@@ -26,9 +29,8 @@ from loop_guard._state import (
     RequestState,
     Steered,
     Step,
-    evolve,
-    find_entry,
-    settled_entry,
+    clone,
+    position,
 )
 from loop_guard._values import (
     Block,
@@ -40,6 +42,7 @@ from loop_guard._values import (
     Steer,
     Stop,
     StopKind,
+    make_call,
 )
 
 _STEERED_KEPT = 32  # steered steps remembered per request, for ignored-steering escalation
@@ -51,6 +54,10 @@ _UNKNOWN_ARGS = "unknown-tool"
 
 _SAME_ERROR_ARGS = "same-error"
 """The args fingerprint of every failing call to a tool that fails whatever its args."""
+
+_UNANSWERED = frozenset(UNANSWERED)
+_INVISIBLE = frozenset({*UNANSWERED, IGNORED, NOT_RUN})
+"""Outcomes a settling batch does not count: no result, or one the guard does not see."""
 
 
 Transition = tuple[RequestState, tuple[Decision, ...]]
@@ -81,7 +88,7 @@ class Engine:
         'Block'
     """
 
-    __slots__ = ("_periods", "config", "memory")
+    __slots__ = ("_no_runs", "_periods", "config", "memory")
 
     config: LoopGuardConfig
     memory: int
@@ -90,6 +97,7 @@ class Engine:
     def __init__(self, config: LoopGuardConfig) -> None:
         self.config = config
         self._periods = range(2, config.max_cycle_period + 1) if config.detect_cycles else range(0)
+        self._no_runs = (0,) * len(self._periods)
         self.memory = max(
             config.repeat_window if config.detect_interleaved else 1,
             config.max_cycle_period if config.detect_cycles else 1,
@@ -112,16 +120,14 @@ class Engine:
         """
         if not self.config.enabled or state.stopped is not None:
             return state, ()
-        fresh = [
-            c
-            for c in calls
-            if find_entry(state, c.key) is None and settled_entry(state, c.key) is None
-        ]
+        fresh = [call for call in calls if not self.declared(state, call.key)]
         if not fresh:
             return state, ()
-        state, decisions = self._settle(state)
-        entries = tuple(Entry(call=c) for c in fresh)
-        return evolve(state, batch=entries, batch_explicit=True), decisions
+        state = clone(state)
+        decisions = self._settle(state)
+        state.batch = tuple(map(Entry, fresh))
+        state.batch_explicit = True
+        return state, decisions
 
     def check_call(self, state: RequestState, call: Call) -> Verdict:
         """Decide, before it runs, whether `call` may run (SPEC §3.2, §8).
@@ -134,47 +140,7 @@ class Engine:
         call of the stopping batch that has not run gets a `Block` saying so; it is not
         counted as a block.
         """
-        config = self.config
-        if not config.enabled:
-            return state, Proceed(call=call), ()
-        settled = settled_entry(state, call.key)
-        if settled is not None:  # a sibling asking after its batch was settled
-            if settled.block is not None:
-                return state, settled.block, ()
-            return state, Proceed(call=call), ()
-        entry = find_entry(state, call.key)
-        if state.stopped is not None:
-            if entry is None:
-                return state, self._stop(state, call), ()
-            if entry.outcome in (*UNANSWERED, NOT_RUN):
-                not_run = Block(
-                    call=call,
-                    message=_messages.not_run_text(),
-                    streak=state.streak,
-                    blocks=state.blocks,
-                )
-                batch = _answered(state.batch, call, NOT_RUN, not_run)
-                return evolve(state, batch=batch), not_run, ()
-        if entry is not None and entry.outcome is not None:  # decided before
-            if entry.block is not None:
-                return state, entry.block, ()
-            return state, Proceed(call=call), ()
-        state, decisions = self._admit(state, call)
-        block = None if config.ignores(call.tool) else self._refusal(state, call)
-        if block is None:
-            proceed = Proceed(call=call)
-            batch = _answered(state.batch, call, ALLOWED)
-            return evolve(state, batch=batch), proceed, (*decisions, proceed)
-        block = dataclasses.replace(block, blocks=state.blocks + 1)
-        batch = _answered(state.batch, call, BLOCKED, block)
-        state = evolve(state, blocks=block.blocks, batch=batch)
-        if state.blocks >= config.abort_threshold:
-            state = _stopped(state, "abort", call.tool)
-            return state, block, (*decisions, block, self._stop(state, call))
-        if _complete(batch):
-            state, settling = self._settle(state)
-            return state, block, (*decisions, block, *settling)
-        return state, block, (*decisions, block)
+        return self._check_call(state, call, state)
 
     def check_batch(
         self, state: RequestState, calls: Sequence[Call]
@@ -185,15 +151,16 @@ class Engine:
         can see the response: every sibling is decided before any of them runs, so a
         stop also refuses the siblings that come before the stopping call.
         """
+        given = state
         state, decisions = self.open_batch(state, calls)
         verdicts: list[Proceed | Block | Stop] = []
         for call in calls:
-            state, verdict, checked = self.check_call(state, call)
+            state, verdict, checked = self._check_call(state, call, given)
             verdicts.append(verdict)
             decisions = (*decisions, *checked)
         if state.stopped is not None:  # siblings allowed before the stop never run
             for index, call in enumerate(calls):
-                state, verdicts[index], _ = self.check_call(state, call)
+                state, verdicts[index], _ = self._check_call(state, call, given)
         return state, verdicts, decisions
 
     def record_result(self, state: RequestState, call: Call, result: Result) -> Transition:
@@ -202,45 +169,42 @@ class Engine:
         Recording the same call twice has no effect, so adapters may overlap.
         """
         config = self.config
-        if not config.enabled or settled_entry(state, call.key) is not None:
+        if not config.enabled or position(state.settled, call.key) >= 0:
             return state, ()
-        entry = find_entry(state, call.key)
-        if entry is not None and entry.outcome not in UNANSWERED:
+        index = position(state.batch, call.key)
+        if index >= 0 and state.batch[index].outcome not in UNANSWERED:
             return state, ()
-        state, decisions = self._admit(state, call)
+        state = clone(state)
+        decisions = self._admit(state) if index < 0 else ()
         if result.available_tools is not None and config.detect_unknown_tools:
             # The tool does not exist: from now on its calls are one call, whatever the args.
-            state = evolve(
-                state,
-                unknown=state.unknown
-                if call.tool in state.unknown
-                else (*state.unknown, call.tool),
-                available=result.available_tools,
-            )
+            if call.tool not in state.unknown:
+                state.unknown = (*state.unknown, call.tool)
+            state.available = result.available_tools
             call = Call(
                 tool=call.tool, fingerprint=_UNKNOWN_ARGS, args=call.args, id=call.id, key=call.key
             )
         elif call.tool in state.unknown:  # it exists after all (tools can be added)
-            state = evolve(state, unknown=tuple(t for t in state.unknown if t != call.tool))
+            state.unknown = tuple(t for t in state.unknown if t != call.tool)
         ignored = config.ignores(call.tool, is_error=result.is_error)
         outcome = ERROR + result.fingerprint if result.is_error else result.fingerprint
-        batch = _answered(state.batch, call, IGNORED if ignored else outcome)
-        if not _complete(batch):
-            return evolve(state, batch=batch), decisions
-        state, settled = self._settle(state, batch)  # settled at once: one new state
-        return state, (*decisions, *settled)
+        _answer(state, index, call, IGNORED if ignored else outcome)
+        if not _complete(state.batch):
+            return state, decisions
+        return state, (*decisions, *self._settle(state))
 
     def settle(self, state: RequestState) -> Transition:
         """Close the open batch now, counting only the calls that have results."""
-        if not self.config.enabled:
+        if not self.config.enabled or not state.batch:
             return state, ()
-        return self._settle(state)
+        state = clone(state)
+        return state, self._settle(state)
 
     def decided(self, state: RequestState, keys: Sequence[str]) -> bool:
         """Whether every one of these calls (by `Call.key`) was checked already in this
         batch or the last."""
         for key in keys:
-            entry = find_entry(state, key) or settled_entry(state, key)
+            entry = _latest_entry(state, key)
             if entry is None or entry.outcome is None:
                 return False
         return True
@@ -248,21 +212,24 @@ class Engine:
     def needs_result(self, state: RequestState, key: str) -> bool:
         """Whether recording a result for the call with this `Call.key` would count:
         it is not in the latest batches, or it is there still waiting for a result."""
-        if not self.config.enabled or settled_entry(state, key) is not None:
+        if not self.config.enabled or position(state.settled, key) >= 0:
             return False
-        entry = find_entry(state, key)
-        return entry is None or entry.outcome in UNANSWERED
+        index = position(state.batch, key)
+        return index < 0 or state.batch[index].outcome in UNANSWERED
 
     def declared(self, state: RequestState, key: str) -> bool:
         """Whether the call with this `Call.key` belongs to the open batch or the last
         settled one: the state has seen its response."""
-        return find_entry(state, key) is not None or settled_entry(state, key) is not None
+        return _latest_entry(state, key) is not None
 
     def take_steer(self, state: RequestState) -> tuple[RequestState, Steer | None]:
         """Claim the pending steer for delivery; later claims get `None` (once per streak)."""
-        if state.steer is None:
+        steer = state.steer
+        if steer is None:
             return state, None
-        return evolve(state, steer=None), state.steer
+        state = clone(state)
+        state.steer = None
+        return state, steer
 
     def stop_of(self, state: RequestState) -> Stop | None:
         """The `Stop` that ended this request, if it has ended."""
@@ -270,9 +237,52 @@ class Engine:
             return None
         return self._stop(state, Call(tool=state.stop_tool, fingerprint=""))
 
-    def _follow_errors(
-        self, state: RequestState, ran: Sequence[Entry]
-    ) -> tuple[RequestState, tuple[str, ...]]:
+    def _check_call(self, state: RequestState, call: Call, given: RequestState) -> Verdict:
+        """`check_call`, changing `state` in place unless it is `given` (the caller's):
+        a batch checked call by call makes one copy, not one per call."""
+        config = self.config
+        if not config.enabled:
+            return state, Proceed(call=call), ()
+        settled = position(state.settled, call.key)
+        if settled >= 0:  # a sibling asking after its batch was settled
+            block = state.settled[settled].block
+            return state, Proceed(call=call) if block is None else block, ()
+        index = position(state.batch, call.key)
+        entry = None if index < 0 else state.batch[index]
+        if state.stopped is not None:
+            if entry is None:
+                return state, self._stop(state, call), ()
+            if entry.outcome in (*UNANSWERED, NOT_RUN):
+                not_run = Block(
+                    call=call,
+                    message=_messages.not_run_text(),
+                    streak=state.streak,
+                    blocks=state.blocks,
+                )
+                if state is given:
+                    state = clone(state)
+                _answer(state, index, call, NOT_RUN, not_run)
+                return state, not_run, ()
+        if entry is not None and entry.outcome is not None:  # decided before
+            return state, Proceed(call=call) if entry.block is None else entry.block, ()
+        if state is given:
+            state = clone(state)
+        decisions = self._admit(state) if index < 0 else ()
+        block = None if config.ignores(call.tool) else self._refusal(state, call)
+        if block is None:
+            proceed = Proceed(call=call)
+            _answer(state, index, call, ALLOWED)
+            return state, proceed, (*decisions, proceed)
+        state.blocks = block.blocks
+        _answer(state, index, call, BLOCKED, block)
+        if state.blocks >= config.abort_threshold:
+            _stop_request(state, "abort", call.tool)
+            return state, block, (*decisions, block, self._stop(state, call))
+        if _complete(state.batch):
+            return state, block, (*decisions, block, *self._settle(state))
+        return state, block, (*decisions, block)
+
+    def _follow_errors(self, state: RequestState, ran: Sequence[Entry]) -> tuple[str, ...]:
         """Follow the errors the tools of a settled batch returned, in the model's order
         (SPEC §8 same error, any args); returns the tools found broken by this batch.
 
@@ -301,10 +311,11 @@ class Engine:
                 )
         records = tuple(failing.values())[-_FAILING_KEPT:]
         if records == state.failing and steered is state.steered:
-            return state, ()
+            return ()
         was_broken = {r.tool for r in state.failing if self._broken(r)}
         broken = tuple(r.tool for r in records if self._broken(r) and r.tool not in was_broken)
-        return evolve(state, failing=records, steered=steered), broken
+        state.failing, state.steered = records, steered
+        return broken
 
     def _broken(self, record: Failing) -> bool:
         """Whether a tool's run of identical errors shows it failing whatever its args."""
@@ -327,15 +338,13 @@ class Engine:
                 return _SAME_ERROR_ARGS if same and self._broken(record) else call.fingerprint
         return call.fingerprint
 
-    def _admit(self, state: RequestState, call: Call) -> Transition:
-        """Make room for a call that no response declared: it joins an open undeclared
-        batch, or starts a new one (a serial call) once the previous batch is settled.
-        `_answered` then adds it to the batch."""
-        if find_entry(state, call.key) is not None:
-            return state, ()
-        if state.batch_explicit or _complete(state.batch):
+    def _admit(self, state: RequestState) -> tuple[Decision, ...]:
+        """Make room for a call that is not in the batch (no response declared it): it
+        joins an open undeclared batch, or starts a new one (a serial call) once the
+        previous batch is settled. `_answer` then adds it to the batch."""
+        if state.batch and (state.batch_explicit or _complete(state.batch)):
             return self._settle(state)
-        return state, ()
+        return ()
 
     def _refusal(self, state: RequestState, call: Call) -> Block | None:
         """The block for a call that would repeat the last step once too often (SPEC
@@ -372,8 +381,11 @@ class Engine:
         if config.escalate_ignored:
             for entry in state.steered:
                 step = entry.step
-                limit = entry.limit or config.backstop(call.tool)
-                if step.tool == call.tool and step.args == args and entry.seen >= limit - 1:
+                if (
+                    step.tool == call.tool
+                    and step.args == args
+                    and entry.seen >= (entry.limit or config.backstop(call.tool)) - 1
+                ):
                     if args == _SAME_ERROR_ARGS:
                         text = _messages.same_error_block_text(call.tool)
                         return self._block(state, call, text, "same_error", streak=entry.seen)
@@ -390,63 +402,58 @@ class Engine:
         *,
         streak: int | None = None,
     ) -> Block:
-        """A block; its `streak` is the cycle's laps for a cycle, the identical calls
-        of the request for a backstop."""
+        """A block, counted among the request's blocks; its `streak` is the cycle's laps
+        for a cycle, the identical calls of the request for a backstop."""
         streak = state.streak if streak is None else streak
-        return Block(call=call, message=message, streak=streak, blocks=state.blocks, reason=reason)
+        blocks = state.blocks + 1
+        return Block(call=call, message=message, streak=streak, blocks=blocks, reason=reason)
 
-    def _settle(self, state: RequestState, entries: tuple[Entry, ...] | None = None) -> Transition:
-        """Close the batch (`entries`, when given, replace the state's): compare its last
-        call in the model's order with the last step (SPEC §4)."""
-        entries = state.batch if entries is None else entries
+    def _settle(self, state: RequestState) -> tuple[Decision, ...]:
+        """Close the open batch of `state` (a private copy, changed in place): compare its
+        last call in the model's order with the last step (SPEC §4)."""
+        entries = state.batch
         if not entries:
-            return state, ()
+            return ()
         config = self.config
         # Late siblings only need ids and outcomes: the args are not kept alive.
-        settled = tuple(
-            e._replace(
-                call=Call(
-                    tool=e.call.tool, fingerprint=e.call.fingerprint, id=e.call.id, key=e.call.key
-                )
-            )
-            if e.call.args is not None
-            else e
-            for e in entries
-        )
-        closed = {"batch": (), "batch_explicit": False, "settled": settled}
+        state.settled = tuple([_without_args(entry) for entry in entries])
+        state.batch, state.batch_explicit = (), False
         if state.stopped is not None:  # the request is over: nothing more to count
-            return evolve(state, **closed), ()
+            return ()
         if config.use_terminate and all(e.outcome == BLOCKED for e in entries):
-            state = _stopped(evolve(state, **closed), "terminate", entries[-1].call.tool)
-            return state, (self._stop(state, entries[-1].call),)
+            _stop_request(state, "terminate", entries[-1].call.tool)
+            return (self._stop(state, entries[-1].call),)
         # The batch's last call in the model's order is compared; ignored calls and calls
         # without a result are invisible. A blocked last call changes nothing: a block
         # never resets the streak (SPEC §3.2), even beside calls that ran.
-        visible = [e for e in entries if e.outcome not in (*UNANSWERED, IGNORED, NOT_RUN)]
-        ran = [e for e in visible if e.outcome != BLOCKED]
+        ran: list[Entry] = []
+        counts_step = errors = False
+        for entry in entries:
+            outcome = entry.outcome
+            if outcome is None or outcome in _INVISIBLE:
+                continue
+            counts_step = outcome != BLOCKED
+            if counts_step:
+                ran.append(entry)
+                errors = errors or outcome.startswith(ERROR)
         broken: tuple[str, ...] = ()
         # Only when some tool is failing: a healthy step costs one look at its outcome.
-        if config.detect_same_error and (state.failing or _any_error(ran)):
-            state, broken = self._follow_errors(state, ran)
-        counts_step = bool(visible) and visible[-1].outcome != BLOCKED
+        if config.detect_same_error and (state.failing or errors):
+            broken = self._follow_errors(state, ran)
         siblings = ran[:-1] if counts_step else ran
         if siblings and config.escalate_ignored and state.steered:
             # Each run of a call the model was steered away from counts toward its
             # backstop, wherever it stands in its batch.
-            steered = state.steered
             for sibling in siblings:
-                steered = _counted(steered, self._step(state, sibling))
-            state = evolve(state, steered=steered)
+                state.steered = _counted(state.steered, self._step(state, sibling))
         steer = None
         if counts_step:
             step = self._step(state, ran[-1])
-            state, returned = self._count(state, step, closed)
-            state, steer = self._steer(state, step, ran[-1].call, returned)
-        else:
-            state = evolve(state, **closed)
+            returned = self._count(state, step)
+            steer = self._steer(state, step, ran[-1].call, returned)
         if broken:
-            state, steer = self._steer_broken(state, broken, ran, steer)
-        return state, () if steer is None else (steer,)
+            steer = self._steer_broken(state, broken, ran, steer)
+        return () if steer is None else (steer,)
 
     def _step(self, state: RequestState, entry: Entry) -> Step:
         """The step a call that ran makes, as the detectors compare it."""
@@ -459,10 +466,11 @@ class Engine:
         broken: tuple[str, ...],
         ran: Sequence[Entry],
         steer: Steer | None,
-    ) -> tuple[RequestState, Steer | None]:
+    ) -> Steer | None:
         """Steer away from tools this batch showed broken whose calls were not the
         counted step (the counted one was steered by its streak): each is remembered
-        as steered, so returning to it escalates and its backstop holds."""
+        as steered, so returning to it escalates and its backstop holds. Returns the
+        batch's steer."""
         steered = state.steered
         for record in state.failing:
             folded = Step(record.tool, _SAME_ERROR_ARGS, record.error)
@@ -474,67 +482,65 @@ class Engine:
                 call = next(e.call for e in reversed(ran) if e.call.tool == record.tool)
                 text = _messages.same_error_steer_text(record.tool)
                 steer = Steer(call=call, message=text, streak=warn, reason="same_error")
-        if steered is state.steered:
-            return state, steer
-        changes: dict[str, Any] = {"steered": steered}
-        if steer is not None and state.steer is None:
-            changes["steer"] = steer
-        return evolve(state, **changes), steer
+        if steered is not state.steered:
+            state.steered = steered
+            if steer is not None and state.steer is None:
+                state.steer = steer
+        return steer
 
-    def _count(
-        self, state: RequestState, step: Step, changes: dict[str, Any]
-    ) -> tuple[RequestState, bool]:
-        """Advance the streak, the cycle runs and the recent steps by one counted step,
-        along with `changes` (one new state, not two).
+    def _count(self, state: RequestState, step: Step) -> bool:
+        """Advance the streak, the cycle runs and the recent steps by one counted step.
 
-        Returns the new state and whether the step is a return to a call the model had
-        been steered away from (its streak then resumes, SPEC §8 ignored steering).
+        Returns whether the step is a return to a call the model had been steered away
+        from (its streak then resumes, SPEC §8 ignored steering).
         """
         returned = False
         escalate = self.config.escalate_ignored
         if step == state.last:
-            changes["streak"] = state.streak + 1
+            state.streak += 1
         else:
-            changes.update(last=step, streak=1, warned=False)
+            state.last, state.streak, state.warned = step, 1, False
             steered = None
             for entry in state.steered:
                 if entry.step == step:
                     steered = entry
                     break
             if escalate and steered is not None and steered.level:
-                changes.update(streak=steered.level + 1, warned=True)
+                state.streak, state.warned = steered.level + 1, True
                 returned = True
             elif steered is None and step.args == _SAME_ERROR_ARGS:
                 # The failing calls that showed the tool broken were one call: its
                 # streak starts where a steer is due.
-                changes["streak"] = self.config.thresholds(step.tool)[0]
+                state.streak = self.config.thresholds(step.tool)[0]
         if escalate and state.steered:
-            changes["steered"] = _counted(state.steered, step)
+            state.steered = _counted(state.steered, step)
         recent = state.recent
-        if self._periods:
+        periods = self._periods
+        # A run goes on while the step is the one a period back: when it is none of
+        # them (the common case), every run is 0.
+        if periods and step in recent[-periods[-1] : -1]:
             counted = state.counted
             runs = state.runs
-            if len(runs) != len(self._periods):  # new request, or another max_cycle_period
-                runs = (0,) * len(self._periods)
-            changes["runs"] = tuple(
+            if len(runs) != len(periods):  # new request, or another max_cycle_period
+                runs = self._no_runs
+            state.runs = tuple(
                 run + 1 if counted >= period and recent[-period] == step else 0
-                for period, run in zip(self._periods, runs, strict=True)
+                for period, run in zip(periods, runs, strict=True)
             )
-        changes["recent"] = (*recent, step)[-self.memory :]
-        changes["counted"] = state.counted + 1
-        return evolve(state, **changes), returned
+        else:
+            state.runs = self._no_runs
+        state.recent = (*recent, step)[-self.memory :]
+        state.counted += 1
+        return returned
 
-    def _steer(
-        self, state: RequestState, step: Step, call: Call, returned: bool
-    ) -> tuple[RequestState, Steer | None]:
+    def _steer(self, state: RequestState, step: Step, call: Call, returned: bool) -> Steer | None:
         """The steer a newly counted step calls for, if any: one per step, the first
         detector that fires wins, and each keeps its own record so it fires once."""
         config = self.config
         warn = config.thresholds(step.tool)[0]
         cycle = self._cycle(state)
-        changes: dict[str, Any] = {}
         if state.cycle_warned and cycle is None:  # the cycle broke: a new one steers again
-            changes["cycle_warned"] = False
+            state.cycle_warned = False
         steer = None
         if state.streak >= warn and not state.warned:
             if step.args == _UNKNOWN_ARGS:
@@ -549,8 +555,8 @@ class Engine:
             seen = state.streak
             if step.args == _SAME_ERROR_ARGS:  # its runs: the failing calls, whatever args
                 seen = next((r.calls for r in state.failing if r.tool == step.tool), seen)
-            steered = _remember(state.steered, step, state.streak, again=False, seen=seen)
-            changes.update(warned=True, steered=steered)
+            state.steered = _remember(state.steered, step, state.streak, again=False, seen=seen)
+            state.warned = True
         elif returned and not any(e.step == step and e.again for e in state.steered):
             if step.args == _SAME_ERROR_ARGS:
                 text = _messages.same_error_returned_steer_text(step.tool)
@@ -558,19 +564,20 @@ class Engine:
             else:
                 text, reason = _messages.returned_steer_text(step.tool, state.streak), "returned"
             steer = Steer(call=call, message=text, streak=state.streak, reason=reason)
-            changes["steered"] = _remember(state.steered, step, state.streak, again=True)
+            state.steered = _remember(state.steered, step, state.streak, again=True)
         elif cycle is not None:
             steps, laps = cycle
             warn_laps, block_laps = self._cycle_thresholds(steps)
             if not state.cycle_warned and laps >= warn_laps:
                 text = _messages.cycle_steer_text([s.tool for s in steps], laps)
                 steer = Steer(call=call, message=text, streak=laps, reason="cycle")
-                steered = state.steered
                 for lap_step in steps:  # level 0: its cycle escalates it, not a return
                     # The cycle's most lenient tool decides its backstop too.
                     limit = max(config.backstop(lap_step.tool), block_laps)
-                    steered = _remember(steered, lap_step, 0, again=True, seen=laps, limit=limit)
-                changes.update(cycle_warned=True, steered=steered)
+                    state.steered = _remember(
+                        state.steered, lap_step, 0, again=True, seen=laps, limit=limit
+                    )
+                state.cycle_warned = True
         elif config.detect_interleaved:
             # Only when other steps came between the occurrences (a plain run of repeats
             # is the streak's to judge, also across a user message), and not while a
@@ -588,10 +595,10 @@ class Engine:
                 # Level 0: a return does not resume a streak; the backstop bounds it,
                 # counting the runs of this request only (the window outlives it).
                 seen = window[-state.counted :].count(step)
-                changes["steered"] = _remember(state.steered, step, 0, again=True, seen=seen)
+                state.steered = _remember(state.steered, step, 0, again=True, seen=seen)
         if steer is not None:
-            changes["steer"] = steer
-        return (evolve(state, **changes) if changes else state), steer
+            state.steer = steer
+        return steer
 
     def _cycle(self, state: RequestState) -> tuple[tuple[Step, ...], int] | None:
         """The cycle the last steps go round, as (one lap of steps, laps), if any.
@@ -599,6 +606,8 @@ class Engine:
         The shortest period whose lap has repeated at least once wins; a lap of one
         repeated step is a streak, not a cycle.
         """
+        if state.runs == self._no_runs:  # no step is the one a period back: the common case
+            return None
         for period, run in zip(self._periods, state.runs, strict=False):
             if run >= period:
                 steps = state.recent[-period:]
@@ -623,11 +632,17 @@ class Engine:
 
 
 def _complete(batch: tuple[Entry, ...]) -> bool:
-    return all(entry.outcome not in UNANSWERED for entry in batch)
+    return _UNANSWERED.isdisjoint([entry.outcome for entry in batch])
 
 
-def _any_error(entries: Sequence[Entry]) -> bool:
-    return any(str(entry.outcome).startswith(ERROR) for entry in entries)
+def _latest_entry(state: RequestState, key: str) -> Entry | None:
+    """The entry of the call with this `Call.key` in the open batch, else in the last
+    settled one."""
+    for entries in (state.batch, state.settled):
+        index = position(entries, key)
+        if index >= 0:
+            return entries[index]
+    return None
 
 
 def _trailing_run(steps: tuple[Step, ...]) -> int:
@@ -684,18 +699,29 @@ def _block_text(state: RequestState, call: Call) -> str:
     return _messages.block_text(call.tool, state.streak)
 
 
-def _answered(
-    batch: tuple[Entry, ...], call: Call, outcome: str, block: Block | None = None
-) -> tuple[Entry, ...]:
-    """The batch with `call`'s outcome set; a call not in it yet joins it at the end."""
-    for index, entry in enumerate(batch):
-        if entry.call.key == call.key:
-            # The recorded call replaces the declared one: it carries the real args.
-            kept = call if call.args is not None else entry.call
-            return (*batch[:index], Entry(kept, outcome, block), *batch[index + 1 :])
-    return (*batch, Entry(call, outcome, block))
+def _answer(
+    state: RequestState, index: int, call: Call, outcome: str, block: Block | None = None
+) -> None:
+    """Set `call`'s outcome in the batch, at `index`; a call not in it (-1) joins it at
+    the end."""
+    batch = state.batch
+    if index < 0:
+        state.batch = (*batch, Entry(call, outcome, block))
+    else:
+        # The recorded call replaces the declared one: it carries the real args.
+        kept = call if call.args is not None else batch[index].call
+        state.batch = (*batch[:index], Entry(kept, outcome, block), *batch[index + 1 :])
 
 
-def _stopped(state: RequestState, kind: StopKind, tool: str) -> RequestState:
+def _without_args(entry: Entry) -> Entry:
+    call = entry.call
+    if call.args is None:
+        return entry
+    return Entry(
+        make_call(call.tool, call.fingerprint, None, call.id, call.key), entry.outcome, entry.block
+    )
+
+
+def _stop_request(state: RequestState, kind: StopKind, tool: str) -> None:
     # A stop drops any steer still queued: the model will not be called again.
-    return evolve(state, stopped=kind, stop_tool=tool, steer=None)
+    state.stopped, state.stop_tool, state.steer = kind, tool, None

@@ -39,7 +39,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 MAX_DEPTH = 100
@@ -64,7 +64,7 @@ def args_fingerprint(args: Any) -> str:
     """
     if _is_plain_json((args,), 0):
         try:
-            return _encode_plain(args)
+            return "".join(_plain_chunks(args, 0))
         except (ValueError, RecursionError):  # an int past the str() digit limit; args mutated
             pass
     return _canonical_slow(args)
@@ -76,20 +76,39 @@ def args_fingerprint(args: Any) -> str:
 # keys sorted by code point, a tuple as a list. Anything else (integral floats, which we
 # write as ints; subclasses, whose JSON the C encoder would take from the base type;
 # non-str keys, which it would turn into strings) goes to the slow path. Ints are not
-# checked: one past Python's str() digit limit makes `_encode_plain` raise, as
+# checked: one past Python's str() digit limit makes the encoder raise, as
 # `int.__repr__` does, and the slow path tags it.
-_encode_plain = json.JSONEncoder(
+_plain = json.JSONEncoder(
     ensure_ascii=False,
     # No cycle bookkeeping: `_is_plain_json` bounds the depth, so a cycle never gets here.
     check_circular=False,
     sort_keys=True,
     separators=(",", ":"),
-).encode
+)
+# `_plain.encode` makes its C encoder anew on every call, which costs as much as
+# encoding small args: this one is made once, as `iterencode` makes it, and called with
+# (value, 0) as `iterencode` calls it.
+_make_c_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+_plain_chunks: Callable[[Any, int], Iterable[str]] = (
+    (lambda value, _: _plain.iterencode(value, _one_shot=True))  # json without C
+    if _make_c_encoder is None
+    else _make_c_encoder(
+        None,
+        _plain.default,
+        _encode_str,
+        _plain.indent,
+        _plain.key_separator,
+        _plain.item_separator,
+        _plain.sort_keys,
+        _plain.skipkeys,
+        _plain.allow_nan,
+    )
+)
 _PLAIN_ATOMS = frozenset({str, int, bool, type(None)})
 
 
 def _is_plain_json(items: Iterable[Any], depth: int) -> bool:
-    """Whether `items` (at nesting `depth`) are plain JSON that `_encode_plain` writes as we do.
+    """Whether `items` (at nesting `depth`) are plain JSON that `_plain` writes as we do.
 
     Types only, one Python-level step per value: no string is copied.
     """
@@ -300,7 +319,10 @@ def result_fingerprint(content: Any, *, is_error: bool = False) -> str:
         >>> result_fingerprint("ok") == result_fingerprint("ok", is_error=True)
         False
     """
-    digest = hashlib.sha256(b"error:1\n" if is_error else b"error:0\n")
+    head = b"error:1\n" if is_error else b"error:0\n"
+    if isinstance(content, str) and len(content) <= _CHUNK:  # most results: one update
+        return hashlib.sha256(head + _text_head(b"text", content)).hexdigest()
+    digest = hashlib.sha256(head)
     if isinstance(content, str):
         _hash_text(digest, b"text", content)
     elif isinstance(content, list):
@@ -351,7 +373,12 @@ def _image_payload(block: Mapping[str, Any]) -> str | None:
 
 
 def _hash_text(digest: Any, tag: bytes, text: str) -> None:
-    # Length-prefixed, so block boundaries can never be shifted into a collision.
-    digest.update(b"%s:%d:" % (tag, len(text)))
-    for start in range(0, len(text), _CHUNK):
+    digest.update(_text_head(tag, text))
+    for start in range(_CHUNK, len(text), _CHUNK):
         digest.update(text[start : start + _CHUNK].encode("utf-8", "surrogatepass"))
+
+
+def _text_head(tag: bytes, text: str) -> bytes:
+    """A text's length prefix (so block boundaries can never be shifted into a
+    collision) and its first chunk: most texts are one chunk, hashed in one update."""
+    return b"%s:%d:%s" % (tag, len(text), text[0:_CHUNK].encode("utf-8", "surrogatepass"))

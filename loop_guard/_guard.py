@@ -544,6 +544,23 @@ class Session:
         """Claim the pending steer message for delivery; once per streak."""
         return self._run(lambda state: (*self._engine.take_steer(state), ()))
 
+    def finish(self) -> Stop | Steer | None:
+        """Close the open batch, counting the calls that have results, and say what
+        comes next: the `Stop` that ended the request, else the due steer, claimed for
+        delivery (once per streak), else `None`."""
+
+        def finish(
+            state: RequestState,
+        ) -> tuple[RequestState, Stop | Steer | None, Sequence[Decision]]:
+            state, decisions = self._engine.settle(state)
+            stop = self._engine.stop_of(state)
+            if stop is not None:
+                return state, stop, decisions
+            state, steer = self._engine.take_steer(state)
+            return state, steer, decisions
+
+        return self._run(finish)
+
     def catch_up(self, update: Callable[[RequestState | None], RequestState | None]) -> None:
         """Bring the state up to date with what happened elsewhere (another process).
 

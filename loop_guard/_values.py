@@ -10,6 +10,8 @@ from typing import Any, Literal, final
 from loop_guard._fingerprint import args_fingerprint, result_fingerprint
 
 _anonymous_ids = itertools.count(1)
+_new = object.__new__
+_set = object.__setattr__  # as a frozen dataclass's own __init__ sets its fields
 
 StopKind = Literal["abort", "terminate"]
 """Why a request ended.
@@ -66,9 +68,26 @@ class Call:
         canonical = args_fingerprint(args).encode("utf-8", "surrogatepass")
         fingerprint = hashlib.sha256(canonical).hexdigest()
         key = key or id or f"loop_guard-{next(_anonymous_ids)}"
-        return cls(
-            tool=tool, fingerprint=fingerprint, args=args, id=key if id is None else id, key=key
-        )
+        return make_call(tool, fingerprint, args, key if id is None else id, key)
+
+
+def make_call(tool: str, fingerprint: str, args: Any, id: str, key: str) -> Call:
+    """`Call(tool=..., fingerprint=..., args=..., id=..., key=...)`, without the keyword
+    packing of a class call, which costs more than setting the fields: `Call.of` and
+    the engine's settling each make a call on every step.
+
+    Example:
+        >>> call = make_call("read", "f", {"n": 1}, "call_1", "k")
+        >>> call == Call(tool="read", fingerprint="f"), call.args, call.id, call.key
+        (True, {'n': 1}, 'call_1', 'k')
+    """
+    call = _new(Call)
+    _set(call, "tool", tool)
+    _set(call, "fingerprint", fingerprint)
+    _set(call, "args", args)
+    _set(call, "id", id)
+    _set(call, "key", key)
+    return call
 
 
 @final
@@ -97,11 +116,11 @@ class Result:
         available_tools: tuple[str, ...] | None = None,
     ) -> Result:
         """Build a result from a tool's content (text, content blocks or any value)."""
-        return cls(
-            fingerprint=result_fingerprint(content, is_error=is_error),
-            is_error=is_error,
-            available_tools=available_tools,
-        )
+        result = _new(cls)  # as in `make_call`: a result is made on every step
+        _set(result, "fingerprint", result_fingerprint(content, is_error=is_error))
+        _set(result, "is_error", is_error)
+        _set(result, "available_tools", available_tools)
+        return result
 
 
 @final

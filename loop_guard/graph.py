@@ -27,7 +27,7 @@ from loop_guard._langchain import (
     result_of,
     stop_messages,
 )
-from loop_guard._values import Block, Call, Proceed, Stop
+from loop_guard._values import Block, Call, Proceed, Steer, Stop
 
 
 class LoopGuardNode:
@@ -154,16 +154,19 @@ class LoopGuardNode:
                             corrections.append(self._withheld(call, verdict, answer.id))
                     case _:
                         assert_never(verdict)
-            session.settle()
         session.serve_by_node()  # the steers of this conversation are ours
-        stop = session.stop
-        if stop is not None:
-            answered = [answer is not None for answer in paired]
-            ending = stop_messages(ai_message, answered, stop)
-            return Command(goto=END, update={self.messages_key: [*corrections, *ending]})
-        steer = session.take_steer()
-        if steer is not None:
-            corrections.append(HumanMessage(content=steer.message, name=_messages.GUARD_NAME))
+        match session.finish():
+            case Stop() as stop:
+                answered = [answer is not None for answer in paired]
+                ending = stop_messages(ai_message, answered, stop)
+                return Command(goto=END, update={self.messages_key: [*corrections, *ending]})
+            case Steer() as steer:
+                text = steer.message
+                corrections.append(HumanMessage(content=text, name=_messages.GUARD_NAME))
+            case None:
+                pass
+            case unknown:
+                assert_never(unknown)
         if not corrections:
             return Command(goto=self.next_node)
         return Command(goto=self.next_node, update={self.messages_key: corrections})

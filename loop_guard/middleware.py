@@ -39,7 +39,7 @@ from loop_guard._langchain import (
     shared_run,
     stop_messages,
 )
-from loop_guard._values import Block, Call, LoopGuardAbort, Proceed
+from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
@@ -307,9 +307,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             for call, answer in zip(calls, answers_to(calls, answers), strict=True):
                 if answer is not None and call.key in awaiting:
                     self._record(session, call, answer)
-            session.settle()
-        steer = session.take_steer()
-        if steer is None:
+        steer = session.finish()  # a stop is the reply's to tell (`_check_response`)
+        if not isinstance(steer, Steer):
             return []
         return [HumanMessage(content=steer.message, name=_messages.GUARD_NAME)]
 
