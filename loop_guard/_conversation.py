@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, final
+from typing import Any, Literal, NamedTuple, final
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackManager
@@ -96,8 +96,10 @@ class RunTree:
     """
 
     def __init__(self) -> None:
-        # Each live run: its parent, and its metadata when it has any.
-        self._runs: dict[UUID, tuple[UUID | None, Mapping[str, Any] | None]] = {}
+        # Each live run: its parent, its metadata when it has any, and the top-level run
+        # of a subgraph's run outside a thread (found at its start: ancestors may end
+        # before it does).
+        self._runs: dict[UUID, _Run] = {}
         self._lock = threading.Lock()
 
     def start(
@@ -105,51 +107,64 @@ class RunTree:
     ) -> None:
         """Place a starting run in the tree."""
         with self._lock:
-            self._runs[run_id] = (parent_run_id, metadata or None)
+            top = None
+            if (
+                parent_run_id is not None
+                and metadata
+                and metadata.get("thread_id") is None
+                and graph_of(metadata.get("langgraph_checkpoint_ns"))
+            ):  # a subgraph's run outside a thread (an agent run inside a tool)
+                top = self._top(parent_run_id)
+            self._runs[run_id] = _Run(parent_run_id, metadata or None, top)
 
     def end(self, run_id: UUID) -> ConversationKey | None:
         """Forget a finished run; the conversation of a top-level run that ended."""
         with self._lock:
-            if self._runs.get(run_id, (None, None))[0] is not None:
-                del self._runs[run_id]
-                return None
-            key = self._own(run_id)
-            self._runs.pop(run_id, None)
+            run = self._runs.pop(run_id, None)
+        if run is not None and run.parent is not None:
+            return None
+        key = None if run is None else run.conversation()
         return key or ConversationKey("run", str(run_id))
 
     def conversation_of(self, run_id: UUID | None) -> ConversationKey | None:
         """The conversation a live run belongs to, or `None` for a run never seen."""
         with self._lock:
             while run_id is not None:
-                if run_id not in self._runs:
+                run = self._runs.get(run_id)
+                if run is None:
                     return None  # a run this tree never saw
-                key = self._own(run_id)
+                key = run.conversation()
                 if key is not None:
                     return key
-                parent, _ = self._runs[run_id]
-                if parent is None:
+                if run.parent is None:
                     return ConversationKey("run", str(run_id))
-                run_id = parent
-        return None
-
-    def _own(self, run_id: UUID) -> ConversationKey | None:
-        """The conversation a run's own metadata places it in, if any (under `_lock`)."""
-        parent, metadata = self._runs.get(run_id, (None, None))
-        if metadata is None:
-            return None
-        if metadata.get("thread_id") is not None:
-            namespace = metadata.get("langgraph_checkpoint_ns")
-            return ConversationKey("thread", str(metadata["thread_id"]), graph_of(namespace))
-        if parent is not None:
-            graph = graph_of(metadata.get("langgraph_checkpoint_ns"))
-            if graph:  # a subgraph's runs (an agent run inside a tool)
-                return ConversationKey("run", str(self._top(parent)), graph)
+                run_id = run.parent
         return None
 
     def _top(self, run_id: UUID) -> UUID:
-        while (parent := self._runs.get(run_id, (None, None))[0]) is not None:
-            run_id = parent
+        while (run := self._runs.get(run_id)) is not None and run.parent is not None:
+            run_id = run.parent
         return run_id
+
+
+class _Run(NamedTuple):
+    """A live run of a `RunTree`."""
+
+    parent: UUID | None
+    metadata: Mapping[str, Any] | None
+    top: UUID | None  # a subgraph's run outside a thread: the top-level run it is in
+
+    def conversation(self) -> ConversationKey | None:
+        """The conversation the run's own metadata places it in, if any."""
+        metadata = self.metadata
+        if metadata is None:
+            return None
+        namespace = metadata.get("langgraph_checkpoint_ns")
+        if metadata.get("thread_id") is not None:
+            return ConversationKey("thread", str(metadata["thread_id"]), graph_of(namespace))
+        if self.top is not None:
+            return ConversationKey("run", str(self.top), graph_of(namespace))
+        return None
 
 
 def conversation_for(

@@ -430,7 +430,7 @@ class Engine:
         counts_step = errors = False
         for entry in entries:
             outcome = entry.outcome
-            if outcome is None or outcome in _INVISIBLE:
+            if outcome is None or outcome in _INVISIBLE:  # `None` first: it narrows the type
                 continue
             counts_step = outcome != BLOCKED
             if counts_step:
@@ -527,7 +527,7 @@ class Engine:
                 run + 1 if counted >= period and recent[-period] == step else 0
                 for period, run in zip(periods, runs, strict=True)
             )
-        else:
+        elif periods:
             state.runs = self._no_runs
         state.recent = (*recent, step)[-self.memory :]
         state.counted += 1

@@ -239,7 +239,7 @@ class LoopGuard:
         """
         return Session(self, conversation, self._restored(snapshot))
 
-    def refuses_any(self, snapshot: Mapping[str, Any] | None) -> bool:
+    def _refuses_any(self, snapshot: Mapping[str, Any] | None) -> bool:
         """Whether a call of the latest responses in a snapshot was refused (blocked,
         or not run): what a tool node asks before every call, answered without a
         conversation's session."""
@@ -311,7 +311,7 @@ class LoopGuard:
         """The `Stop` that ended the conversation's current request, if any."""
         return self.session(conversation).stop
 
-    def _count(self, conversation: str, decisions: Iterable[Decision]) -> list[GuardEvent]:
+    def _tally(self, conversation: str, decisions: Iterable[Decision]) -> list[GuardEvent]:
         """Count each decision (under `_lock`); the events of its warnings, blocks and
         stops, to be published (`_publish_all`) once the lock is released."""
         events = []
@@ -335,7 +335,7 @@ class LoopGuard:
             self._publish(event, level)
 
     def _emit_once(self, conversation: str, turn: object, decisions: Iterable[Decision]) -> None:
-        """Count and publish `decisions`, but what this conversation's `turn` published already.
+        """Count and publish `decisions`, except what this conversation's `turn` published already.
 
         For adapters whose hooks other middleware may run again with the same input
         (a model call retried, or handed to a fallback model): the decisions they reach
@@ -355,7 +355,7 @@ class LoopGuard:
             self._published[conversation] = (turn, published)
             while len(self._published) > self.max_conversations:
                 self._published.popitem(last=False)
-            events = self._count(conversation, fresh)
+            events = self._tally(conversation, fresh)
         self._publish_all(events)
 
     def report_fault(self, conversation: str | None, error: BaseException) -> None:
@@ -544,22 +544,25 @@ class Session:
         """Claim the pending steer message for delivery; once per streak."""
         return self._run(lambda state: (*self._engine.take_steer(state), ()))
 
-    def finish(self) -> Stop | Steer | None:
-        """Close the open batch, counting the calls that have results, and say what
-        comes next: the `Stop` that ended the request, else the due steer, claimed for
-        delivery (once per streak), else `None`."""
+    def finish(self, *, settle: bool = True) -> Stop | Steer | None:
+        """Close the open batch, counting the calls that have results (unless `settle`
+        is false: the batch's response is not in sight), and say what comes next: the
+        `Stop` that ended the request, else the due steer, claimed for delivery (once
+        per streak), else `None`."""
 
-        def finish(
+        def conclude(
             state: RequestState,
         ) -> tuple[RequestState, Stop | Steer | None, Sequence[Decision]]:
-            state, decisions = self._engine.settle(state)
+            decisions: Sequence[Decision] = ()
+            if settle:
+                state, decisions = self._engine.settle(state)
             stop = self._engine.stop_of(state)
             if stop is not None:
                 return state, stop, decisions
             state, steer = self._engine.take_steer(state)
             return state, steer, decisions
 
-        return self._run(finish)
+        return self._run(conclude)
 
     def catch_up(self, update: Callable[[RequestState | None], RequestState | None]) -> None:
         """Bring the state up to date with what happened elsewhere (another process).
@@ -597,7 +600,7 @@ class Session:
         with guard._lock:
             state, value, decisions = step(guard._state(self.conversation))
             guard._store(self.conversation, state)
-            events = guard._count(self.conversation, decisions) if decisions else ()
+            events = guard._tally(self.conversation, decisions) if decisions else ()
         if events:
             guard._publish_all(events)
         return value

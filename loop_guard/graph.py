@@ -155,14 +155,13 @@ class LoopGuardNode:
                     case _:
                         assert_never(verdict)
         session.serve_by_node()  # the steers of this conversation are ours
-        match session.finish():
+        match session.finish(settle=bool(calls)):
             case Stop() as stop:
                 answered = [answer is not None for answer in paired]
                 ending = stop_messages(ai_message, answered, stop)
                 return Command(goto=END, update={self.messages_key: [*corrections, *ending]})
             case Steer() as steer:
-                text = steer.message
-                corrections.append(HumanMessage(content=text, name=_messages.GUARD_NAME))
+                corrections.append(HumanMessage(content=steer.message, name=_messages.GUARD_NAME))
             case None:
                 pass
             case unknown:

@@ -307,10 +307,12 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             for call, answer in zip(calls, answers_to(calls, answers), strict=True):
                 if answer is not None and call.key in awaiting:
                     self._record(session, call, answer)
-        steer = session.finish()  # a stop is the reply's to tell (`_check_response`)
-        if not isinstance(steer, Steer):
+        # Settled only where the batch's response is in sight; a stop is the reply's to
+        # tell (`_check_response`).
+        after = session.finish(settle=bool(awaiting) and message is not None)
+        if not isinstance(after, Steer):
             return []
-        return [HumanMessage(content=steer.message, name=_messages.GUARD_NAME)]
+        return [HumanMessage(content=after.message, name=_messages.GUARD_NAME)]
 
     def _sharing(self, request: ToolCallRequest) -> tuple[str, Call, Sequence[Call]] | None:
         """The conversation, the call and its siblings when identical siblings may share."""
@@ -339,7 +341,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """
         try:
             snapshot = request.state.get("loop_guard")
-            if not self.guard.refuses_any(snapshot):
+            if not self.guard._refuses_any(snapshot):
                 return None  # the common case: nothing of the reply was refused
             session = self.guard.detached(_conversation(request.state), snapshot)
             placed = _placed(request)

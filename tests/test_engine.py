@@ -402,3 +402,14 @@ def test_thresholds_are_respected(warn: int, block: int, abort: int) -> None:
     stop = d.guard.stop_of(THREAD)
     assert isinstance(stop, Stop)
     assert stop.blocks == abort
+
+
+def test_a_snapshot_keeps_its_cycle_runs_when_cycles_are_not_detected() -> None:
+    """A guard without cycle detection leaves the cycle runs of a snapshot alone (one
+    written while it was on), so turning it back on finds them as they were."""
+    guard = LoopGuard(detect_cycles=False)
+    session = guard.detached("c", {"request_id": "r", "runs": [1, 0, 0], "counted": 3})
+    call = Call.of("read", {}, key="k1")
+    session.check_call(call)
+    session.record_result(call, Result.of("x"))
+    assert session.snapshot()["runs"] == [1, 0, 0]

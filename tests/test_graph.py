@@ -12,7 +12,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 
@@ -579,3 +579,28 @@ def test_the_handler_memory_stays_bounded_with_subagents() -> None:
     assert len(handler._claimed) <= 5
     assert sum(map(len, handler._claimed.values())) <= 10
     assert handler._runs == {}
+
+
+def test_the_node_leaves_a_batch_open_when_the_last_reply_has_no_calls() -> None:
+    """The node settles the batch of the reply it follows; a reply without calls shows
+    none, so a batch still open stays open (as a replay of the history leaves it)."""
+    guard = LoopGuard(warn_threshold=2)
+    builder = StateGraph(MessagesState)
+    builder.add_node("loop_guard", LoopGuardNode(guard, next_node=END))
+    builder.add_edge(START, "loop_guard")
+    graph = builder.compile(checkpointer=InMemorySaver())
+
+    def read(call_id: str, name: str = "read") -> dict[str, Any]:
+        return {"name": name, "args": {"p": 1}, "id": call_id, "type": "tool_call"}
+
+    history = [
+        HumanMessage("go", id="h1"),
+        AIMessage("", tool_calls=[read("c1")], id="a1"),
+        ToolMessage("same", tool_call_id="c1", id="t1"),
+        AIMessage("", tool_calls=[read("c2"), read("c3", "ls")], id="a2"),
+        ToolMessage("same", tool_call_id="c2", id="t2"),  # `ls` never answered
+        AIMessage("done", id="a3"),
+    ]
+    out = graph.invoke({"messages": history}, {"configurable": {"thread_id": "t"}})
+    assert [m.id for m in out["messages"]] == [m.id for m in history]  # no steer
+    assert guard.session("t").state.streak == 1

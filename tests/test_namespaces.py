@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from typing import Any, Literal
+from uuid import UUID
 
 import pytest
 from langchain.agents import create_agent
@@ -378,3 +379,17 @@ def test_a_subagent_run_inside_a_tool_outside_a_thread_is_apart(face: Face, mode
     assert sub_model.calls == 7
     conversations = guarded.conversations()
     assert sorted(conversations.values()) == sorted([STEERED, STOPPED]), conversations
+
+
+def test_a_subgraph_run_keeps_its_conversation_when_a_parent_run_ends_first() -> None:
+    """Outside a thread, a subgraph's run belongs to the top-level run it started in,
+    even once a run between them has ended."""
+    top, tool_run, subgraph = (UUID(int=n) for n in (1, 2, 3))
+    handler = LoopGuardCallbackHandler(LoopGuard())
+    handler.start(top, None, {})
+    handler.start(tool_run, top, {"langgraph_checkpoint_ns": "tools:x"})
+    handler.start(subgraph, tool_run, {"langgraph_checkpoint_ns": "tools:x|agent:y|model:z"})
+    expected = f"run:{top}|tools:x|agent:y"
+    assert str(handler.conversation_of(subgraph)) == expected
+    handler.end(tool_run)
+    assert str(handler.conversation_of(subgraph)) == expected
