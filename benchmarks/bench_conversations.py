@@ -104,7 +104,7 @@ def engine_part(count: int) -> tuple[list[list[str]], dict[str, float]]:
 def _held(guard: LoopGuard, handler: LoopGuardCallbackHandler | None) -> int:
     size = deep_size(guard._states)
     if handler is not None:
-        size += deep_size(handler._parents, handler._conversations, handler._tools)
+        size += deep_size(handler._runs, handler._tools, handler._claimed)
     return size
 
 
