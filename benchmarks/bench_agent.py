@@ -22,11 +22,12 @@ from typing import Any
 
 from _agents import (
     Meter,
-    NullAfterModel,
-    NullHooks,
     Scripted,
+    TimedCalibration,
     TimedHandler,
     TimedMiddleware,
+    TimedNullAfterModel,
+    TimedNullHooks,
     TimedToolCallLimit,
     Toolbox,
     agent_with,
@@ -53,6 +54,12 @@ from _harness import (
 from loop_guard import LoopGuard
 
 _threads = itertools.count(1)
+
+_CALIBRATION = 100  # small functions the calibration middleware calls per model step
+_CALIBRATION_DISTINCT = (
+    f"agent: do-nothing middleware + {_CALIBRATION} distinct small functions per step"
+)
+_CALIBRATION_SAME = f"agent: do-nothing middleware + 1 small function x{_CALIBRATION} per step"
 
 
 Build = Callable[[Scripted, Toolbox], tuple[Any, list[Any]]]
@@ -113,8 +120,10 @@ def variants(steps: int) -> list[Variant]:
         "agent: ToolCallLimitMiddleware (peer)": _agent(
             lambda: [TimedToolCallLimit(run_limit=high, thread_limit=high)]
         ),
-        "agent: do-nothing middleware, our hooks": _agent(lambda: [NullHooks()]),
-        "agent: do-nothing middleware, the peer's 1 hook": _agent(lambda: [NullAfterModel()]),
+        "agent: do-nothing middleware, our hooks": _agent(lambda: [TimedNullHooks()]),
+        "agent: do-nothing middleware, the peer's 1 hook": _agent(lambda: [TimedNullAfterModel()]),
+        _CALIBRATION_DISTINCT: _agent(lambda: [TimedCalibration(_CALIBRATION, distinct=True)]),
+        _CALIBRATION_SAME: _agent(lambda: [TimedCalibration(_CALIBRATION, distinct=False)]),
         "graph: no guard": _graph(guarded=False, handler=False),
         "graph: node + wrapped tools": _graph(guarded=True, handler=False),
         "graph: node + wrapped tools + handler": _graph(guarded=True, handler=True),
@@ -225,6 +234,8 @@ def run(scale: Scale) -> Section:
     ours_cpu, tcl_cpu = median(ours.guard_cpu), median(tcl.guard_cpu)
     null_added = added["agent: do-nothing middleware, our hooks"]
     null_one = added["agent: do-nothing middleware, the peer's 1 hook"]
+    floor_ours = median(by_name["agent: do-nothing middleware, our hooks"].guard_cpu)
+    floor_peer = median(by_name["agent: do-nothing middleware, the peer's 1 hook"].guard_cpu)
     section.extra_tables.append(
         (
             "Where our added time goes (create_agent, per step):",
@@ -236,6 +247,11 @@ def run(scale: Scale) -> Section:
                     "1 (after_model)",
                 ],
                 ["the hooks' own code (CPU, in situ)", us(ours_cpu), us(tcl_cpu)],
+                [
+                    "… of which the stopwatch's floor (the same hooks doing nothing)",
+                    us(floor_ours),
+                    us(floor_peer),
+                ],
                 ["the hook layout as do-nothing nodes (wall)", us(null_added), us(null_one)],
                 [
                     "the rest (state channel, GC, noise)",
@@ -243,6 +259,23 @@ def run(scale: Scale) -> Section:
                     us(peer_added - null_one - tcl_cpu),
                 ],
                 ["guard CPU, ours / peer", ratio(ours_cpu / tcl_cpu) if tcl_cpu else "—", ""],
+            ],
+        )
+    )
+    distinct = median(by_name[_CALIBRATION_DISTINCT].guard_cpu) - floor_ours
+    same = median(by_name[_CALIBRATION_SAME].guard_cpu) - floor_ours
+    section.extra_tables.append(
+        (
+            "What Python costs in situ (the do-nothing hooks calling small functions,"
+            " once per model step, less the floor):",
+            ["calls per step", "CPU / step", "per call"],
+            [
+                [
+                    f"{_CALIBRATION} distinct functions, once each",
+                    us(distinct),
+                    us(distinct / _CALIBRATION),
+                ],
+                [f"1 function, {_CALIBRATION} times", us(same), us(same / _CALIBRATION)],
             ],
         )
     )

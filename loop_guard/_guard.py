@@ -248,8 +248,7 @@ class LoopGuard:
 
     def _restored(self, snapshot: Mapping[str, Any] | None) -> RequestState:
         """The state of a snapshot; one this guard wrote is not parsed again."""
-        with self._lock:
-            known = self._snapshots.get(id(snapshot))
+        known = self._snapshots.get(id(snapshot))  # atomic; an entry is never changed
         if known is not None and known[0] is snapshot:
             return known[1]
         return RequestState.from_dict(snapshot)
@@ -399,7 +398,7 @@ class LoopGuard:
                 logger.exception("loop guard event receiver %r failed", receiver)
 
     def _state(self, conversation: str) -> RequestState:
-        return self._states.get(conversation) or RequestState()
+        return self._states.get(conversation) or _FRESH
 
     def _store(self, conversation: str, state: RequestState) -> None:
         self._states[conversation] = state
@@ -458,8 +457,8 @@ class Session:
         """The conversation's current request state."""
         if self._detached:
             return self._state
-        with self._guard._lock:
-            return self._guard._state(self.conversation)
+        # No lock: reading a dict entry is atomic, and a stored state is never changed.
+        return self._guard._state(self.conversation)
 
     @property
     def stop(self) -> Stop | None:
@@ -544,22 +543,29 @@ class Session:
         """Claim the pending steer message for delivery; once per streak."""
         return self._run(lambda state: (*self._engine.take_steer(state), ()))
 
-    def finish(self, *, settle: bool = True) -> Stop | Steer | None:
-        """Close the open batch, counting the calls that have results (unless `settle`
-        is false: the batch's response is not in sight), and say what comes next: the
-        `Stop` that ended the request, else the due steer, claimed for delivery (once
-        per streak), else `None`."""
+    def finish(
+        self, results: Sequence[tuple[Call, Result]] = (), *, settle: bool = True
+    ) -> Stop | Steer | None:
+        """Record the last batch's `results`, close the batch, counting the calls that
+        have results (unless `settle` is false: the batch's response is not in sight),
+        and say what comes next: the `Stop` that ended the request, else the due steer,
+        claimed for delivery (once per streak), else `None`. One transition."""
 
         def conclude(
             state: RequestState,
         ) -> tuple[RequestState, Stop | Steer | None, Sequence[Decision]]:
-            decisions: Sequence[Decision] = ()
+            engine = self._engine
+            decisions: list[Decision] = []
+            for call, result in results:
+                state, recorded = engine.record_result(state, call, result)
+                decisions.extend(recorded)
             if settle:
-                state, decisions = self._engine.settle(state)
-            stop = self._engine.stop_of(state)
+                state, settled = engine.settle(state)
+                decisions.extend(settled)
+            stop = engine.stop_of(state)
             if stop is not None:
                 return state, stop, decisions
-            state, steer = self._engine.take_steer(state)
+            state, steer = engine.take_steer(state)
             return state, steer, decisions
 
         return self._run(conclude)
@@ -606,6 +612,7 @@ class Session:
         return value
 
 
+_FRESH = RequestState()  # the state of a conversation the guard holds nothing for
 _KEPT_BY_GUARD = RequestState()  # the `_state` of a session whose guard keeps its state
 
 

@@ -88,12 +88,11 @@ def calls_of(message: AIMessage) -> tuple[Call, ...]:
     call's args are fingerprinted once.
     """
     tool_calls = message.tool_calls
-    with _read_lock:
-        found = _read.get(id(message))
-        # The same message, its calls not replaced since (human approval edits them).
-        if found is not None and found[0] is message and found[1] is tool_calls:
-            _read.move_to_end(id(message))
-            return found[2]
+    # Read without the lock: a dict lookup is atomic, and an entry is never changed.
+    found = _read.get(id(message))
+    # The same message, its calls not replaced since (human approval edits them).
+    if found is not None and found[0] is message and found[1] is tool_calls:
+        return found[2]
     calls = tuple(call_at(message, position) for position in range(len(tool_calls)))
     with _read_lock:
         _read[id(message)] = (message, tool_calls, calls)  # held: its id stays its own

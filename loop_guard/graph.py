@@ -27,7 +27,7 @@ from loop_guard._langchain import (
     result_of,
     stop_messages,
 )
-from loop_guard._values import Block, Call, Proceed, Steer, Stop
+from loop_guard._values import Block, Call, Proceed, Result, Steer, Stop
 
 
 class LoopGuardNode:
@@ -134,6 +134,7 @@ class LoopGuardNode:
             end -= 1
         session = session_for(self.guard, key, messages, end)
         corrections: list[AnyMessage] = []
+        results: list[tuple[Call, Result]] = []
         calls = calls_of(ai_message) if ai_message is not None else ()
         paired = answers_to(calls, answers)
         if calls:
@@ -148,14 +149,14 @@ class LoopGuardNode:
                     case Proceed():
                         if session.needs_result(call):  # else a wrapper recorded it
                             normalizers = self.guard.config.normalizers(call.tool)
-                            session.record_result(call, result_of(answer, normalizers))
+                            results.append((call, result_of(answer, normalizers)))
                     case Block() | Stop():
                         if not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it
                             corrections.append(self._withheld(call, verdict, answer.id))
                     case _:
                         assert_never(verdict)
         session.serve_by_node()  # the steers of this conversation are ours
-        match session.finish(settle=bool(calls)):
+        match session.finish(results, settle=bool(calls)):
             case Stop() as stop:
                 answered = [answer is not None for answer in paired]
                 ending = stop_messages(ai_message, answered, stop)

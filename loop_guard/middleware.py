@@ -39,7 +39,7 @@ from loop_guard._langchain import (
     shared_run,
     stop_messages,
 )
-from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer
+from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Result, Steer
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
@@ -283,7 +283,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         answered = []
         for call, verdict, answer in zip(calls, verdicts, answers_to(calls, given), strict=True):
             if answer is not None and isinstance(verdict, Proceed):
-                self._record(session, call, answer)
+                session.record_result(call, self._result(call, answer))
             elif answer is None and isinstance(verdict, Block):
                 answers.append(block_message(call.id, call.tool, verdict.message))
             answered.append(answer is not None or isinstance(verdict, Block))
@@ -301,15 +301,16 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         message, answers = last_batch(state["messages"])
         if (not awaiting or message is None) and not session.steer_due:
             return None
+        results = []
         if awaiting and message is not None:
             # Read from the AI message, not the snapshot: the snapshot keeps no args.
             calls = calls_of(message)
             for call, answer in zip(calls, answers_to(calls, answers), strict=True):
                 if answer is not None and call.key in awaiting:
-                    self._record(session, call, answer)
+                    results.append((call, self._result(call, answer)))
         # Settled only where the batch's response is in sight; a stop is the reply's to
         # tell (`_check_response`).
-        after = session.finish(settle=bool(awaiting) and message is not None)
+        after = session.finish(results, settle=bool(awaiting) and message is not None)
         if not isinstance(after, Steer):
             return []
         return [HumanMessage(content=after.message, name=_messages.GUARD_NAME)]
@@ -328,9 +329,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             self.guard.report_fault(None, error)
             return None
 
-    def _record(self, session: Session, call: Call, answer: ToolMessage) -> None:
-        """Record `answer` as `call`'s result."""
-        session.record_result(call, result_of(answer, self.guard.config.normalizers(call.tool)))
+    def _result(self, call: Call, answer: ToolMessage) -> Result:
+        """`answer` as `call`'s result."""
+        return result_of(answer, self.guard.config.normalizers(call.tool))
 
     def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
         """The answer of a call the guard refused when it decided the reply, if refused.
@@ -355,19 +356,6 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             return block_message(call.id, call.tool, verdict.message)
         except Exception as error:  # a fault of the guard: this call runs unguarded
             self.guard.report_fault(None, error)
-            return None
-
-    def _fail_open(
-        self,
-        hook: Callable[[LoopGuardState[ResponseT], Session], list[AnyMessage] | None],
-        state: LoopGuardState[ResponseT],
-        session: Session,
-    ) -> list[AnyMessage] | None:
-        """Run a hook; a fault of the guard is reported and the agent goes on unguarded."""
-        try:
-            return hook(state, session)
-        except Exception as error:
-            self.guard.report_fault(session.conversation, error)
             return None
 
 
@@ -408,6 +396,7 @@ class _Turn(Generic[ResponseT]):
         snapshot = self.state.get("loop_guard")
         self.session = middleware.guard.detached(_conversation(self.state), snapshot)
         self.added: list[BaseMessage] = []  # what this turn adds to the history, in order
+        self.replied = False  # `added` holds a reply of the model
         self.ending: list[BaseMessage] = []  # a stop: the last reply's answers, the message
         self.response: ModelResponse[ResponseT] | None = None
         self.changed = False  # the guard's snapshot changed
@@ -479,15 +468,18 @@ class _Turn(Generic[ResponseT]):
         """Run one of the guard's hooks on the turn's messages and session; publish its
         decisions, once even when a middleware around this one runs the model call again
         (a retry, a fallback model)."""
-        messages = self.middleware._fail_open(hook, self._state(), self.session)
+        state = self.state
+        if self.replied:  # the turn's messages stand for the history (see the class)
+            state = cast("LoopGuardState[ResponseT]", {**state, "messages": self.added})
+        try:
+            messages = hook(state, self.session)
+        except Exception as error:  # a fault of the guard: the agent goes on unguarded
+            self.middleware.guard.report_fault(self.session.conversation, error)
+            messages = None
         self.session.publish()
         self.changed = self.changed or messages is not None
         return messages
 
-    def _state(self) -> LoopGuardState[ResponseT]:
-        if any(isinstance(message, AIMessage) for message in self.added):
-            return cast("LoopGuardState[ResponseT]", {**self.state, "messages": self.added})
-        return self.state
-
     def _add(self, messages: Sequence[BaseMessage]) -> None:
         self.added.extend(messages)
+        self.replied = self.replied or any(isinstance(message, AIMessage) for message in messages)
