@@ -114,37 +114,61 @@ class RequestState:
         return self.steer is not None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe snapshot (call args are not kept, only their fingerprints)."""
+        """A JSON-safe snapshot (call args are not kept, only their fingerprints).
+
+        A field still at a fresh state's value is left out (`from_dict` restores it): the
+        snapshot is written at every model call and kept in every checkpoint.
+
+        Example:
+            >>> RequestState(request_id="r-1", streak=2).to_dict()
+            {'request_id': 'r-1', 'streak': 2}
+        """
+        snapshot: dict[str, Any] = {"request_id": self.request_id}
+        if self.last is not None:
+            snapshot["last"] = self.last._asdict()
+        if self.streak:
+            snapshot["streak"] = self.streak
+        if self.warned:
+            snapshot["warned"] = True
+        if self.blocks:
+            snapshot["blocks"] = self.blocks
         steer = self.steer
-        return {
-            "request_id": self.request_id,
-            "last": None if self.last is None else self.last._asdict(),
-            "streak": self.streak,
-            "warned": self.warned,
-            "blocks": self.blocks,
-            "steer": None
-            if steer is None
-            else [
+        if steer is not None:
+            call = steer.call
+            snapshot["steer"] = [
                 steer.reason,
                 steer.message,
                 steer.streak,
-                steer.call.tool,
-                steer.call.fingerprint,
-            ],
-            "stopped": self.stopped,
-            "stop_tool": self.stop_tool,
-            "batch": entries_to_json(self.batch),
-            "batch_explicit": self.batch_explicit,
-            "settled": entries_to_json(self.settled),
-            "recent": [list(step) for step in self.recent],
-            "counted": self.counted,
-            "runs": list(self.runs),
-            "cycle_warned": self.cycle_warned,
-            "steered": [[list(entry.step), *entry[1:]] for entry in self.steered],
-            "unknown": list(self.unknown),
-            "available": list(self.available),
-            "failing": [[e.tool, e.error, list(e.args), e.calls] for e in self.failing],
-        }
+                call.tool,
+                call.fingerprint,
+            ]
+        if self.stopped is not None:
+            snapshot["stopped"] = self.stopped
+        if self.stop_tool:
+            snapshot["stop_tool"] = self.stop_tool
+        if self.batch:
+            snapshot["batch"] = entries_to_json(self.batch)
+        if self.batch_explicit:
+            snapshot["batch_explicit"] = True
+        if self.settled:
+            snapshot["settled"] = entries_to_json(self.settled)
+        if self.recent:
+            snapshot["recent"] = [list(step) for step in self.recent]
+        if self.counted:
+            snapshot["counted"] = self.counted
+        if self.runs:
+            snapshot["runs"] = list(self.runs)
+        if self.cycle_warned:
+            snapshot["cycle_warned"] = True
+        if self.steered:
+            snapshot["steered"] = [[list(entry.step), *entry[1:]] for entry in self.steered]
+        if self.unknown:
+            snapshot["unknown"] = list(self.unknown)
+        if self.available:
+            snapshot["available"] = list(self.available)
+        if self.failing:
+            snapshot["failing"] = [[e.tool, e.error, list(e.args), e.calls] for e in self.failing]
+        return snapshot
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> RequestState:

@@ -428,7 +428,7 @@ class _Turn(Generic[ResponseT]):
         self.response = response
         self._add(response.result)
         answers = self._decide(self.middleware._check_response)
-        if answers is None:
+        if not answers:  # nothing refused, no stop: the common case
             return
         if any(isinstance(answer, AIMessage) for answer in answers):
             self.ending = list(answers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loop_guard import Call, LoopGuard, LoopGuardConfig, Proceed, Result
+from loop_guard._state import RequestState
 
 TOOLS = ["read", "ls", "todo"]
 
@@ -163,3 +165,30 @@ def test_results_that_always_change_are_never_touched(
     fresh = [[(t, a, index * 10 + i, e) for i, (t, a, _, e) in enumerate(b)] for index, b in
              enumerate(batches)]  # fmt: skip
     assert _first_event(LoopGuardConfig(), fresh) == len(fresh)
+
+
+@settings(max_examples=300, deadline=None)
+@given(conversations)
+def test_every_state_is_restored_from_its_snapshot(
+    batches: list[list[tuple[str, int, int, bool]]],
+) -> None:
+    """A snapshot, through JSON and with a fresh state's fields left out, restores exactly
+    the state it was written from, after every transition, every detector on."""
+    guard = LoopGuard(warn_threshold=2, block_threshold=3, abort_threshold=3)
+    session = guard.session("t")
+    session.start_request("r")
+
+    def restored(state: RequestState) -> RequestState:
+        return RequestState.from_dict(json.loads(json.dumps(state.to_dict())))
+
+    for index, batch in enumerate(batches):
+        built = [Call.of(t, {"n": a}, id=f"c{index}_{i}") for i, (t, a, _, _) in enumerate(batch)]
+        session.open_batch(built)
+        assert restored(session.state) == session.state
+        for call, (_, _, result, is_error) in zip(built, batch, strict=True):
+            if isinstance(session.check_call(call), Proceed):
+                assert restored(session.state) == session.state
+                session.record_result(call, Result.of(f"r{result}", is_error=is_error))
+            assert restored(session.state) == session.state
+        session.finish()
+        assert restored(session.state) == session.state
