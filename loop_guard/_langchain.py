@@ -12,7 +12,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
@@ -25,7 +25,7 @@ from langgraph.types import Command
 from loop_guard import _messages
 from loop_guard._config import Normalizer
 from loop_guard._fingerprint import args_fingerprint
-from loop_guard._guard import GuardEvent, LoopGuard
+from loop_guard._guard import GuardEvent, LoopGuard, Session
 from loop_guard._messages import GUARD_NAME
 from loop_guard._siblings import original_of, original_output
 from loop_guard._values import Call, Result, Stop
@@ -167,6 +167,23 @@ def answers_to(calls: Sequence[Call], answers: Sequence[BaseMessage]) -> list[To
         queue = waiting.get(call.id)
         found.append(queue.pop(0) if queue else None)
     return found
+
+
+def results_of(
+    guard: LoopGuard, session: Session, answered: Iterable[tuple[Call, ToolMessage]]
+) -> list[tuple[Call, Result]]:
+    """Each answered call with its `Result`, read with its tool's normalizers.
+
+    An answer that cannot be read (a normalizer that raises) is reported and left out,
+    so that the rest of its batch is still recorded.
+    """
+    results = []
+    for call, answer in answered:
+        try:
+            results.append((call, result_of(answer, guard.config.normalizers(call.tool))))
+        except Exception as error:  # a fault of the guard's configuration: this call only
+            guard.report_fault(session.conversation, error)
+    return results
 
 
 def result_of(output: Any, normalizers: Sequence[Normalizer] = ()) -> Result:

@@ -24,10 +24,10 @@ from loop_guard._langchain import (
     is_marked,
     last_batch,
     messages_of,
-    result_of,
+    results_of,
     stop_messages,
 )
-from loop_guard._values import Block, Call, Proceed, Result, Steer, Stop
+from loop_guard._values import Block, Call, Proceed, Steer, Stop
 
 
 class LoopGuardNode:
@@ -134,7 +134,7 @@ class LoopGuardNode:
             end -= 1
         session = session_for(self.guard, key, messages, end)
         corrections: list[AnyMessage] = []
-        results: list[tuple[Call, Result]] = []
+        unrecorded: list[tuple[Call, ToolMessage]] = []  # answers no wrapper recorded
         calls = calls_of(ai_message) if ai_message is not None else ()
         paired = answers_to(calls, answers)
         if calls:
@@ -148,15 +148,14 @@ class LoopGuardNode:
                 match verdict:
                     case Proceed():
                         if session.needs_result(call):  # else a wrapper recorded it
-                            normalizers = self.guard.config.normalizers(call.tool)
-                            results.append((call, result_of(answer, normalizers)))
+                            unrecorded.append((call, answer))
                     case Block() | Stop():
                         if not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it
                             corrections.append(self._withheld(call, verdict, answer.id))
                     case _:
                         assert_never(verdict)
         session.serve_by_node()  # the steers of this conversation are ours
-        match session.finish(results, settle=bool(calls)):
+        match session.finish(results_of(self.guard, session, unrecorded), settle=bool(calls)):
             case Stop() as stop:
                 answered = [answer is not None for answer in paired]
                 ending = stop_messages(ai_message, answered, stop)

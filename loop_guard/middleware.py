@@ -35,11 +35,11 @@ from loop_guard._langchain import (
     last_batch,
     messages_of,
     position_of,
-    result_of,
+    results_of,
     shared_run,
     stop_messages,
 )
-from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Result, Steer
+from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
@@ -281,12 +281,15 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         verdicts = session.check_batch(calls)
         answers: list[AnyMessage] = []
         answered = []
+        self_answered = []  # the calls the reply answered itself, with their answers
         for call, verdict, answer in zip(calls, verdicts, answers_to(calls, given), strict=True):
             if answer is not None and isinstance(verdict, Proceed):
-                session.record_result(call, self._result(call, answer))
+                self_answered.append((call, answer))
             elif answer is None and isinstance(verdict, Block):
                 answers.append(block_message(call.id, call.tool, verdict.message))
             answered.append(answer is not None or isinstance(verdict, Block))
+        for call, result in results_of(self.guard, session, self_answered):
+            session.record_result(call, result)
         stop = session.stop
         if stop is not None:
             answers.extend(stop_messages(message, answered, stop))  # ends with the stop
@@ -301,13 +304,14 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         message, answers = last_batch(state["messages"])
         if (not awaiting or message is None) and not session.steer_due:
             return None
-        results = []
+        answered = []
         if awaiting and message is not None:
             # Read from the AI message, not the snapshot: the snapshot keeps no args.
             calls = calls_of(message)
             for call, answer in zip(calls, answers_to(calls, answers), strict=True):
                 if answer is not None and call.key in awaiting:
-                    results.append((call, self._result(call, answer)))
+                    answered.append((call, answer))
+        results = results_of(self.guard, session, answered)
         # Settled only where the batch's response is in sight; a stop is the reply's to
         # tell (`_check_response`).
         after = session.finish(results, settle=bool(awaiting) and message is not None)
@@ -328,10 +332,6 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         except Exception as error:  # a fault of the guard: this call runs unshared
             self.guard.report_fault(None, error)
             return None
-
-    def _result(self, call: Call, answer: ToolMessage) -> Result:
-        """`answer` as `call`'s result."""
-        return result_of(answer, self.guard.config.normalizers(call.tool))
 
     def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
         """The answer of a call the guard refused when it decided the reply, if refused.

@@ -13,6 +13,8 @@ from langchain.agents import create_agent
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import InjectedToolCallId, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command
 
 from loop_guard import (
@@ -21,7 +23,9 @@ from loop_guard import (
     LoopGuard,
     LoopGuardConfig,
     LoopGuardMiddleware,
+    LoopGuardNode,
     Result,
+    ToolPolicy,
     guard_tools,
 )
 from loop_guard._fingerprint import args_fingerprint, result_fingerprint
@@ -407,3 +411,56 @@ def test_a_run_cancelled_mid_batch_leaves_the_guard_consistent() -> None:
     messages = graph.invoke(ask(), config)["messages"]
     assert timeline(current_request(messages)) == timeline(current_request(expected))
     assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+
+
+def _failing_normalizer(text: str) -> str:
+    raise ValueError("a normalizer bug")
+
+
+@pytest.mark.parametrize("face", ["middleware", "graph"])
+def test_a_failing_normalizer_hides_only_its_own_call(face: str) -> None:
+    """A user's normalizer that raises for one tool costs the guard that call's result
+    only: the rest of each batch is still recorded, so the loop beside it is stopped.
+
+    The graph's tools are not wrapped here: the node records every result itself.
+    """
+    events: list[GuardEvent] = []
+    options: dict[str, Any] = {
+        "on_event": events.append,
+        "tools": {"list_dir": ToolPolicy(normalizer=_failing_normalizer)},
+    }
+    model = ScriptedChatModel(script=stubborn(READ, ("list_dir", {"path": "."})))
+    tools = make_tools(ToolRuns())
+    if face == "middleware":
+        middleware = LoopGuardMiddleware(**options)
+        guard = middleware.guard
+        runnable: Any = create_agent(model, tools, middleware=[middleware])
+    else:
+        guard = LoopGuard(**options)
+        builder = StateGraph(MessagesState)
+        builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+        builder.add_node("tools", ToolNode(tools))
+        builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
+        builder.add_edge(START, "model")
+        builder.add_conditional_edges("model", tools_condition)
+        builder.add_edge("tools", "loop_guard")
+        runnable = builder.compile()
+    with _quiet_guard_log():
+        messages = runnable.invoke(ask(), {"recursion_limit": 200})["messages"]
+    kinds = [event.kind for event in events]
+    assert "warn" in kinds, kinds
+    assert kinds[-1] in ("abort", "terminate"), kinds
+    assert guard.stats.errors > 0  # each failing read was reported
+    assert final_stop(messages) is not None
+    assert_valid_history(messages)
+
+
+@contextlib.contextmanager
+def _quiet_guard_log() -> Any:
+    logger = logging.getLogger("loop_guard")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
