@@ -169,10 +169,8 @@ class Engine:
         Recording the same call twice has no effect, so adapters may overlap.
         """
         config = self.config
-        if not config.enabled or position(state.settled, call.key) >= 0:
-            return state, ()
-        index = position(state.batch, call.key)
-        if index >= 0 and state.batch[index].outcome not in UNANSWERED:
+        index = self._awaiting_at(state, call.key)
+        if index is None:
             return state, ()
         state = clone(state)
         decisions = self._admit(state) if index < 0 else ()
@@ -212,10 +210,17 @@ class Engine:
     def needs_result(self, state: RequestState, key: str) -> bool:
         """Whether recording a result for the call with this `Call.key` would count:
         it is not in the latest batches, or it is there still waiting for a result."""
+        return self._awaiting_at(state, key) is not None
+
+    def _awaiting_at(self, state: RequestState, key: str) -> int | None:
+        """Where the call with this `Call.key` waits for its result in the open batch (-1:
+        it is not in the latest batches); `None` when a result for it would not count."""
         if not self.config.enabled or position(state.settled, key) >= 0:
-            return False
+            return None
         index = position(state.batch, key)
-        return index < 0 or state.batch[index].outcome in UNANSWERED
+        if index >= 0 and state.batch[index].outcome not in UNANSWERED:
+            return None
+        return index
 
     def declared(self, state: RequestState, key: str) -> bool:
         """Whether the call with this `Call.key` belongs to the open batch or the last

@@ -437,7 +437,7 @@ class Session:
         self._engine = guard.engine
         self.conversation = conversation
         self._detached = state is not None
-        self._state = _KEPT_BY_GUARD if state is None else state
+        self._state = _FRESH if state is None else state  # unused when the guard keeps it
         self._decisions: list[Decision] = []  # a detached session's, published on close
 
     def publish(self) -> None:
@@ -613,7 +613,6 @@ class Session:
 
 
 _FRESH = RequestState()  # the state of a conversation the guard holds nothing for
-_KEPT_BY_GUARD = RequestState()  # the `_state` of a session whose guard keeps its state
 
 
 def _no_value(
