@@ -32,6 +32,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command
 from typing_extensions import override
 
 from loop_guard import (
@@ -455,6 +456,26 @@ TimedCalibration = with_stopwatch(Calibration)
 # -- graph: the node, the handler's callbacks, the guarded tools' `invoke`
 
 
+class NullNode:
+    """Does nothing, in the place of `LoopGuardNode`: a node after the tools node that
+    routes back to the model with a `Command`.
+
+    What the README's graph layout costs before any guard work: the framework's price
+    of one more node per model step.
+    """
+
+    def __call__(self, state: Any, config: RunnableConfig) -> Any:
+        return Command(goto="model")
+
+
+class TimedNullNode(NullNode):
+    """`NullNode` with the stopwatch on its `__call__`: the floor of the node's column."""
+
+    def __call__(self, state: Any, config: RunnableConfig) -> Any:
+        with GUARD:
+            return super().__call__(state, config)
+
+
 class TimedNode(LoopGuardNode):
     """`LoopGuardNode` with a stopwatch on its public `__call__`."""
 
@@ -590,14 +611,17 @@ def graph_with(
     timed: bool = True,
     node: bool = True,
     tools: Sequence[BaseTool] | None = None,
+    null_node: bool = False,
 ) -> Any:
     """The hand-built graph of the README: model -> tools [-> loop_guard] -> model | END.
 
-    Without a guard: model -> ToolNode(tools) -> model. With one: the tools wrapped by
-    `guard_tools(deliver_steer=False)` and `LoopGuardNode` after the tools node; with
-    `node=False`, the wrapped tools alone (`guard_tools` with its defaults). `timed`
-    puts the stopwatch on the node and on the tools' `invoke` (with or without a guard,
-    so that both graphs pay for the interceptor). `tools` replaces the toolbox's tools.
+    Without a guard: model -> ToolNode(tools) -> model, or with `null_node`, a
+    do-nothing node in the guard node's place (`NullNode`). With a guard: the tools
+    wrapped by `guard_tools(deliver_steer=False)` and `LoopGuardNode` after the tools
+    node; with `node=False`, the wrapped tools alone (`guard_tools` with its defaults).
+    `timed` puts the stopwatch on the node and on the tools' `invoke` (with or without a
+    guard, so that both graphs pay for the interceptor). `tools` replaces the toolbox's
+    tools.
     """
     model = script.model()
     inner = list(tools) if tools is not None else box.tools()
@@ -605,7 +629,12 @@ def graph_with(
     builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", tools_condition)
-    if guard is None:
+    if guard is None and null_node:
+        builder.add_node("tools", tool_node(inner, charged=False, timed=timed))
+        null = TimedNullNode() if timed else NullNode()
+        builder.add_node("loop_guard", null, destinations=("model", END))
+        builder.add_edge("tools", "loop_guard")
+    elif guard is None:
         builder.add_node("tools", tool_node(inner, charged=False, timed=timed))
         builder.add_edge("tools", "model")
     elif not node:

@@ -61,6 +61,8 @@ _CALIBRATION_DISTINCT = (
 )
 _CALIBRATION_SAME = f"agent: do-nothing middleware + 1 small function x{_CALIBRATION} per step"
 
+_NULL_NODE = "graph: do-nothing node after the tools, no guard"
+
 
 Build = Callable[[Scripted, Toolbox], tuple[Any, list[Any]]]
 """Builds the runnable for a script and a toolbox; returns it and the run's callbacks."""
@@ -103,11 +105,11 @@ def _agent(middleware: Callable[[], list[Any]]) -> Build:
     return lambda script, box: (agent_with(script, box, middleware()), [])
 
 
-def _graph(*, guarded: bool, handler: bool) -> Build:
+def _graph(*, guarded: bool, handler: bool, null_node: bool = False) -> Build:
     def build(script: Scripted, box: Toolbox) -> tuple[Any, list[Any]]:
         guard = LoopGuard() if guarded else None
         callbacks = [TimedHandler(guard)] if handler and guard is not None else []
-        return graph_with(script, box, guard), callbacks
+        return graph_with(script, box, guard, null_node=null_node), callbacks
 
     return build
 
@@ -125,6 +127,7 @@ def variants(steps: int) -> list[Variant]:
         _CALIBRATION_DISTINCT: _agent(lambda: [TimedCalibration(_CALIBRATION, distinct=True)]),
         _CALIBRATION_SAME: _agent(lambda: [TimedCalibration(_CALIBRATION, distinct=False)]),
         "graph: no guard": _graph(guarded=False, handler=False),
+        _NULL_NODE: _graph(guarded=False, handler=False, null_node=True),
         "graph: node + wrapped tools": _graph(guarded=True, handler=False),
         "graph: node + wrapped tools + handler": _graph(guarded=True, handler=True),
     }
@@ -154,7 +157,8 @@ def run(scale: Scale) -> Section:
             " middleware less the `handler` they call on with; the node's `__call__`; the"
             " guarded tools' `invoke` less the tool they wrap; the handler's callbacks. The"
             " do-nothing middleware has the same hooks as ours and no code: its added time"
-            " is what the hooks cost as graph nodes, before any guard work."
+            " is what the hooks cost as graph nodes, before any guard work; the do-nothing"
+            " node stands where `LoopGuardNode` does in the README's graph, likewise."
         ),
         columns=[
             "variant",
@@ -259,6 +263,27 @@ def run(scale: Scale) -> Section:
                     us(peer_added - null_one - tcl_cpu),
                 ],
                 ["guard CPU, ours / peer", ratio(ours_cpu / tcl_cpu) if tcl_cpu else "—", ""],
+            ],
+        )
+    )
+    graph_run = median(samples[base["graph"]]) / steps
+    graph_allowed = 1.3 * peer_added + 0.05 * graph_run
+    null_node = added[_NULL_NODE]
+    node_floor = median(by_name[_NULL_NODE].guard_cpu)
+    section.extra_tables.append(
+        (
+            "Where the graph's added time goes (per step), against what the target allows:",
+            ["part", "node + wrapped tools", "… + handler"],
+            [
+                ["the target's allowance (1.3x the peer's + 5% of the run)", us(graph_allowed), ""],
+                ["one more node after the tools, doing nothing (wall)", us(null_node), ""],
+                ["… as a share of the allowance", f"{null_node / graph_allowed:.0%}", ""],
+                [
+                    "the guard's own code (CPU, in situ)",
+                    us(median(by_name["graph: node + wrapped tools"].guard_cpu)),
+                    us(median(by_name["graph: node + wrapped tools + handler"].guard_cpu)),
+                ],
+                ["… of which the stopwatch's floor (the node doing nothing)", us(node_floor), ""],
             ],
         )
     )

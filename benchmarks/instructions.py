@@ -30,6 +30,7 @@ VARIANTS = {
     "peer": "create_agent + ToolCallLimitMiddleware (limits set high)",
     "middleware": "create_agent + LoopGuardMiddleware",
     "graph": "the README's graph, no guard",
+    "graph-null-node": "the README's graph, a do-nothing node where the guard's node goes",
     "graph-guarded": "the README's graph, node + wrapped tools",
     "graph-handler": "the README's graph, node + wrapped tools + handler",
 }
@@ -38,9 +39,10 @@ VARIANTS = {
 def build(variant: str, steps: int) -> tuple[Any, list[Any]]:
     """The runnable of a variant for a healthy script of `steps` steps, and its callbacks."""
     script, box = healthy(steps), Toolbox()
-    if variant in ("graph", "graph-guarded", "graph-handler"):
-        guard = None if variant == "graph" else LoopGuard()
-        runnable = graph_with(script, box, guard, timed=False)
+    if variant.startswith("graph"):
+        guard = None if variant in ("graph", "graph-null-node") else LoopGuard()
+        null_node = variant == "graph-null-node"
+        runnable = graph_with(script, box, guard, timed=False, null_node=null_node)
         handler = variant == "graph-handler" and guard is not None
         return runnable, [LoopGuardCallbackHandler(guard)] if handler else []
     middleware = {
