@@ -33,6 +33,7 @@ VARIANTS = {
     "graph-null-node": "the README's graph, a do-nothing node where the guard's node goes",
     "graph-guarded": "the README's graph, node + wrapped tools",
     "graph-handler": "the README's graph, node + wrapped tools + handler",
+    "graph-tools-handler": "the README's graph, wrapped tools + handler, no node",
 }
 
 
@@ -42,8 +43,9 @@ def build(variant: str, steps: int) -> tuple[Any, list[Any]]:
     if variant.startswith("graph"):
         guard = None if variant in ("graph", "graph-null-node") else LoopGuard()
         null_node = variant == "graph-null-node"
-        runnable = graph_with(script, box, guard, timed=False, null_node=null_node)
-        handler = variant == "graph-handler" and guard is not None
+        node = variant != "graph-tools-handler"
+        runnable = graph_with(script, box, guard, timed=False, node=node, null_node=null_node)
+        handler = variant.endswith("handler") and guard is not None
         return runnable, [LoopGuardCallbackHandler(guard)] if handler else []
     middleware = {
         "agent": [],
