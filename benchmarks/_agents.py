@@ -514,6 +514,23 @@ TimedHandler: type[LoopGuardCallbackHandler] = type(
 """`LoopGuardCallbackHandler` with a stopwatch on every callback it implements."""
 
 
+def _nothing(self: Any, *args: Any, **kwargs: Any) -> None:
+    return None
+
+
+NullHandler: type[BaseCallbackHandler] = type(
+    "NullHandler",
+    (BaseCallbackHandler,),
+    {
+        "raise_error": LoopGuardCallbackHandler.raise_error,
+        "run_inline": LoopGuardCallbackHandler.run_inline,
+        **dict.fromkeys(_implemented_callbacks(LoopGuardCallbackHandler), _nothing),
+    },
+)
+"""Does nothing, through the callbacks `LoopGuardCallbackHandler` implements: what
+LangChain's dispatch of those events costs before any handler code runs."""
+
+
 class MeteredTool(StructuredTool):
     """A tool whose own run is never the guard's: its public `invoke` and `run` (argument
     validation, callbacks, the body, the output message) are timed as `OTHER`.

@@ -270,20 +270,24 @@ def run(scale: Scale) -> Section:
     graph_allowed = 1.3 * peer_added + 0.05 * graph_run
     null_node = added[_NULL_NODE]
     node_floor = median(by_name[_NULL_NODE].guard_cpu)
+    # Like the targets: an allowance from a peer that added nothing measurable is noise.
+    allowance, share = "n/a (peer added ≤ 0)", "n/a"
+    if peer_added > 0:
+        allowance, share = us(graph_allowed), f"{null_node / graph_allowed:.0%}"
     section.extra_tables.append(
         (
             "Where the graph's added time goes (per step), against what the target allows:",
             ["part", "node + wrapped tools", "… + handler"],
             [
-                ["the target's allowance (1.3x the peer's + 5% of the run)", us(graph_allowed), ""],
+                ["the target's allowance (1.3x the peer's + 5% of the run)", allowance, ""],
                 ["one more node after the tools, doing nothing (wall)", us(null_node), ""],
-                ["… as a share of the allowance", f"{null_node / graph_allowed:.0%}", ""],
+                ["… as a share of the allowance", share, ""],
                 [
                     "the guard's own code (CPU, in situ)",
                     us(median(by_name["graph: node + wrapped tools"].guard_cpu)),
                     us(median(by_name["graph: node + wrapped tools + handler"].guard_cpu)),
                 ],
-                ["… of which the stopwatch's floor (the node doing nothing)", us(node_floor), ""],
+                ["… of which the node's stopwatch floor (doing nothing)", us(node_floor), ""],
             ],
         )
     )

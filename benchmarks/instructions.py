@@ -19,7 +19,17 @@ import subprocess
 import sys
 from typing import Any
 
-from _agents import NullHooks, Toolbox, agent_with, ask, config_for, graph_with, healthy, run_invoke
+from _agents import (
+    NullHandler,
+    NullHooks,
+    Toolbox,
+    agent_with,
+    ask,
+    config_for,
+    graph_with,
+    healthy,
+    run_invoke,
+)
 from langchain.agents.middleware import ToolCallLimitMiddleware
 
 from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardMiddleware
@@ -33,6 +43,7 @@ VARIANTS = {
     "graph-null-node": "the README's graph, a do-nothing node where the guard's node goes",
     "graph-guarded": "the README's graph, node + wrapped tools",
     "graph-handler": "the README's graph, node + wrapped tools + handler",
+    "graph-null-handler": "the README's graph, node + wrapped tools + a do-nothing handler",
     "graph-tools-handler": "the README's graph, wrapped tools + handler, no node",
 }
 
@@ -45,6 +56,8 @@ def build(variant: str, steps: int) -> tuple[Any, list[Any]]:
         null_node = variant == "graph-null-node"
         node = variant != "graph-tools-handler"
         runnable = graph_with(script, box, guard, timed=False, node=node, null_node=null_node)
+        if variant == "graph-null-handler":
+            return runnable, [NullHandler()]
         handler = variant.endswith("handler") and guard is not None
         return runnable, [LoopGuardCallbackHandler(guard)] if handler else []
     middleware = {
