@@ -202,17 +202,19 @@ def run(scale: Scale) -> Section:
         )
         for problem in sorted(set(variant.problems)):
             section.notes.append(f"**{variant.name}: run not healthy: {problem}.**")
-    # The issue's target: what the guard adds is at most 1.3x what the peer adds, plus 5
-    # points of the unguarded run (per step), so that run-to-run noise in a small
-    # difference cannot fail a guard that costs about what the peer costs.
+
+    def allowance(kind: str) -> float:
+        """The issue's target: what the guard adds is at most 1.3x what the peer adds, plus
+        5 points of the unguarded run (per step), so that run-to-run noise in a small
+        difference cannot fail a guard that costs about what the peer costs."""
+        return 1.3 * peer_added + 0.05 * median(samples[base[kind]]) / steps
+
     for name in (
         "agent: LoopGuardMiddleware",
         "graph: node + wrapped tools",
         "graph: node + wrapped tools + handler",
     ):
-        kind = name.split(":", 1)[0]
-        run_per_step = median(samples[base[kind]]) / steps
-        allowed = 1.3 * peer_added + 0.05 * run_per_step
+        allowed = allowance(name.split(":", 1)[0])
         value = added[name]
         section.targets.append(
             Target(
@@ -266,8 +268,7 @@ def run(scale: Scale) -> Section:
             ],
         )
     )
-    graph_run = median(samples[base["graph"]]) / steps
-    graph_allowed = 1.3 * peer_added + 0.05 * graph_run
+    graph_allowed = allowance("graph")
     null_node = added[_NULL_NODE]
     node_floor = median(by_name[_NULL_NODE].guard_cpu)
     # Like the targets: an allowance from a peer that added nothing measurable is noise.
