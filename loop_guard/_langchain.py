@@ -19,6 +19,7 @@ from typing import Any
 from langchain_core.callbacks.manager import dispatch_custom_event
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
 from langgraph.config import get_stream_writer
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE
 from langgraph.types import Command
 
@@ -293,8 +294,16 @@ def _normalized(content: Any, normalizers: Sequence[Normalizer]) -> Any:
     return content
 
 
-def error_result(error: BaseException) -> Result:
-    """The `Result` of a tool that raised: an error with the exception's type and text."""
+def error_result(error: BaseException) -> Result | None:
+    """The `Result` of a tool that raised: an error with the exception's type and text.
+
+    `None` when the exception is control flow, not a failure of the tool: LangGraph's
+    bubble-ups (`interrupt()`, `Command(graph=Command.PARENT)`), cancellation, an exit.
+    The call has no result yet: run again (a resume, a re-run), it is counted then, with
+    what it returns. A tool's own `TimeoutError` is an `Exception`, so a failure.
+    """
+    if isinstance(error, GraphBubbleUp) or not isinstance(error, Exception):
+        return None
     return Result.of(f"{type(error).__name__}: {error}", is_error=True)
 
 

@@ -178,8 +178,14 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
 
     @override
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        """Record the failure as an error result."""
-        self._record(run_id, None, error_result(error))
+        """Record the failure as an error result. A run stopped by control flow (an
+        interrupt, a cancellation) has no result: its call stays open for the run that
+        answers it (a resume, a re-run)."""
+        result = error_result(error)
+        if result is None:
+            self._end(run_id)
+        else:
+            self._record(run_id, None, result)
 
     @override
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:

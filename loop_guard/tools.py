@@ -249,15 +249,17 @@ class GuardedTool(BaseTool):
 
     @contextlib.contextmanager
     def _recording_failure(self, decision: _Decision) -> Iterator[None]:
-        """A tool that raises, or is cancelled, has an error result, as the handler sees it."""
+        """A tool that raises has an error result, as the handler sees it; one stopped by
+        control flow (an interrupt, a cancellation) has none yet (`error_result`)."""
         try:
             yield
         except BaseException as error:
             session, call = decision.session, decision.call
             if session is not None and call is not None:
                 try:
-                    if session.needs_result(call):
-                        session.record_result(call, error_result(error))
+                    result = error_result(error)
+                    if result is not None and session.needs_result(call):
+                        session.record_result(call, result)
                 except Exception as fault:
                     self.guard.report_fault(session.conversation, fault)
             raise

@@ -21,6 +21,7 @@ from loop_guard import (
     Call,
     GuardEvent,
     LoopGuard,
+    LoopGuardCallbackHandler,
     LoopGuardConfig,
     LoopGuardMiddleware,
     LoopGuardNode,
@@ -334,9 +335,12 @@ def test_none_and_command_results_are_results() -> None:
         assert last.status == "error"
 
 
-def test_a_cancelled_tool_counts_like_an_error_result() -> None:
-    """Cancelled mid-call (asyncio): recorded as an error result, so repeated cancellations
-    are steered and blocked exactly like repeated failures."""
+@pytest.mark.parametrize("handler", [False, True], ids=["wrapper", "wrapper+handler"])
+def test_a_cancelled_tool_is_no_result_but_its_own_timeout_is(handler: bool) -> None:
+    """Cancelled mid-call (asyncio): control flow, not a result, so repeated cancellations
+    are neither steered nor blocked (before: counted as the error "CancelledError", and
+    steered and blocked). A tool that times out by itself (its own `TimeoutError`)
+    fails: repeated, it is steered and blocked like any repeated failure."""
     import asyncio
 
     @tool
@@ -345,34 +349,44 @@ def test_a_cancelled_tool_counts_like_an_error_result() -> None:
         await asyncio.sleep(10)
         return "never"
 
-    def decisions(runner: Any) -> list[str]:
-        events: list[GuardEvent] = []
-        guard = LoopGuard(on_event=events.append)
-        [wrapped] = guard_tools([runner], guard)
-        for n in range(5):
-            call = {"name": runner.name, "args": {"job": "a"}, "id": f"c{n}", "type": "tool_call"}
-            config = {"configurable": {"thread_id": "t"}}
-
-            async def attempt(call: Any = call, config: Any = config) -> None:
-                await asyncio.wait_for(wrapped.ainvoke(call, config), timeout=0.02)
-
-            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                asyncio.run(attempt())
-        return [e.kind for e in events]
+    @tool
+    async def times_out(job: str) -> str:
+        """Gives up waiting by itself."""
+        await asyncio.wait_for(asyncio.sleep(10), timeout=0.001)
+        return "never"
 
     @tool
     async def failing(job: str) -> str:
         """Fails."""
         raise ToolException("always")
 
-    failing.handle_tool_error = True
-    assert decisions(slow) == decisions(failing) == ["warn", "block"]
+    times_out.handle_tool_error = failing.handle_tool_error = True
+
+    def decisions(runner: Any) -> list[str]:
+        events: list[GuardEvent] = []
+        guard = LoopGuard(on_event=events.append)
+        [wrapped] = guard_tools([runner], guard)
+        for n in range(5):
+            call = {"name": runner.name, "args": {"job": "a"}, "id": f"c{n}", "type": "tool_call"}
+            config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+            if handler:
+                config["callbacks"] = [LoopGuardCallbackHandler(guard)]
+
+            async def attempt(call: Any = call, config: Any = config) -> None:
+                await asyncio.wait_for(wrapped.ainvoke(call, config), timeout=0.05)
+
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                asyncio.run(attempt())
+        return [e.kind for e in events]
+
+    assert decisions(slow) == []
+    assert decisions(times_out) == decisions(failing) == ["warn", "block"]
 
 
 def test_a_run_cancelled_mid_batch_leaves_the_guard_consistent() -> None:
     """asyncio cancellation while one sibling still runs: the calls that finished are
-    recorded, the cancelled one counts as an error result, and the next request on the
-    thread decides exactly like a request on a fresh thread."""
+    recorded, the cancelled one has no result, and the next request on the thread decides
+    exactly like a request on a fresh thread."""
     import asyncio
 
     @tool
