@@ -697,6 +697,19 @@ def earlier_history(messages: int) -> list[BaseMessage]:
     return out[:messages]
 
 
+def earlier_steps(steps: int) -> list[BaseMessage]:
+    """`steps` steps the request has made already: distinct reads and their results."""
+    out: list[BaseMessage] = []
+    for step in range(steps):
+        call_id = f"done_{step}"
+        call = {"name": "read_file", "args": {"path": f"done/{step}.py"}, "id": call_id}
+        out += [
+            AIMessage(content="", id=f"da{step}", tool_calls=[{**call, "type": "tool_call"}]),
+            ToolMessage(f"OK done/{step}.py", tool_call_id=call_id, id=f"dt{step}"),
+        ]
+    return out
+
+
 def config_for(thread: str | None, *, limit: int, callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     config: dict[str, Any] = {"recursion_limit": limit}
     if thread is not None:

@@ -28,6 +28,7 @@ from _agents import (
     ask,
     config_for,
     earlier_history,
+    earlier_steps,
     graph_with,
     healthy,
     interventions,
@@ -44,10 +45,18 @@ KINDS = {
     "middleware": "create_agent + LoopGuardMiddleware",
     "graph": "graph: node + wrapped tools + handler",
 }
+REQUEST_KIND = "graph without a thread: node + wrapped tools"
+"""Outside a thread, the graph's request is known by its user message."""
 
 
-def run_case(kind: str, steps: int, history: int) -> tuple[list[float], float, str]:
-    """One guarded run: per-step guard CPU (steps 1..steps), wall time, health."""
+def run_case(
+    kind: str, steps: int, history: int, *, done: int = 0
+) -> tuple[list[float], float, str]:
+    """One guarded run: per-step guard CPU (steps 1..steps), wall time, health.
+
+    `kind` is a key of `KINDS`, or `"request"` (`REQUEST_KIND`, no thread, no handler);
+    `done` steps of the request come in its input, before the `steps` it makes.
+    """
     meter = Meter()
     box = Toolbox()
     script = healthy(steps, meter)
@@ -57,9 +66,12 @@ def run_case(kind: str, steps: int, history: int) -> tuple[list[float], float, s
     else:
         guard = LoopGuard()
         runnable = graph_with(script, box, guard)
-        callbacks = [TimedHandler(guard)]
+        if kind == "graph":
+            callbacks = [TimedHandler(guard)]
     payload = ask(history=earlier_history(history))
-    config = config_for(f"s{next(_threads)}", limit=10 * steps + 100, callbacks=callbacks)
+    payload["messages"] += earlier_steps(done)
+    thread = None if kind == "request" else f"s{next(_threads)}"
+    config = config_for(thread, limit=10 * steps + 100, callbacks=callbacks)
     set_meter(meter)
     try:
         start = time.perf_counter()
@@ -67,7 +79,9 @@ def run_case(kind: str, steps: int, history: int) -> tuple[list[float], float, s
         wall = time.perf_counter() - start
     finally:
         set_meter(None)
-    wrong = interventions(messages[history:], box, script) if messages else 1
+    asked = history + 1  # the earlier requests and this one's user message
+    made = [*messages[history:asked], *messages[asked + 2 * done :]]
+    wrong = interventions(made, box, script) if messages else 1
     health = "ok" if ended == "completed" and not wrong else f"{ended}, {wrong} interventions"
     return meter.steps(1, steps + 1), wall, health
 
@@ -154,6 +168,33 @@ def batch_rows(scale: Scale, section: Section) -> None:
         section.notes.append(f"**dedupe_siblings batch: run not healthy: {problem}.**")
 
 
+def request_rows(scale: Scale, section: Section, reps: int) -> None:
+    """The thread-less graph: a short request, and as many steps after a long request's
+    earlier steps (one per two earlier messages of the *history* case)."""
+    short, done = scale.short_steps, scale.history_messages // 2
+    cases = {"short": 0, f"long request ({done:,} earlier steps)": done}
+    results: dict[str, tuple[float, float]] = {}
+    for case, earlier in cases.items():
+        per_run, walls = [], []
+        for _ in range(reps):
+            per_step, wall, health = run_case("request", short, 0, done=earlier)
+            if health != "ok":
+                section.notes.append(f"**{REQUEST_KIND}, {case}: run not healthy: {health}.**")
+            per_run.append(median(per_step))
+            walls.append(wall / short)
+        results[case] = (median(per_run), median(walls))
+    base = results["short"][0]
+    for case, (cpu, wall) in results.items():
+        shown = "—" if case == "short" else ratio(cpu / base)
+        section.rows.append([REQUEST_KIND, case, us(cpu), shown, us(wall)])
+    case = f"long request ({done:,} earlier steps)"
+    section.targets.append(
+        Target.at_most(
+            f"per-step guard cost, {case} vs short, {REQUEST_KIND}", 1.5, results[case][0] / base
+        )
+    )
+
+
 def run(scale: Scale) -> Section:
     short, long, history = scale.short_steps, scale.long_steps, scale.history_messages
     reps = 1 if scale.quick else 3
@@ -166,7 +207,9 @@ def run(scale: Scale) -> Section:
             f" step; median of {reps} runs, {long_reps} for the long request). *short*: a"
             f" {short}-step request on a new thread. *long, last {short} steps*: the last"
             f" {short} steps of a {long}-step request. *history*: a {short}-step request"
-            f" after {history:,} earlier messages on the same thread. *wall / step* is the"
+            f" after {history:,} earlier messages on the same thread. *long request*"
+            f" (without a thread): {short} steps of a request that has made"
+            f" {history // 2:,} steps already (given in its input). *wall / step* is the"
             " whole run's wall time per step (framework included), for context."
         ),
         columns=[
@@ -214,6 +257,7 @@ def run(scale: Scale) -> Section:
             section.targets.append(
                 Target.at_most(f"per-step guard cost, {case} vs short, {label}", limit, value)
             )
+    request_rows(scale, section, reps)
     batch_rows(scale, section)
     section.notes.append(
         "History is passed in the request's input, not through a checkpointer, so the"

@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from typing_extensions import override
 
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._history import current_request, up_to_date
+from loop_guard._history import RequestStarts, request_start, up_to_date
 
 Scope = Literal["thread", "run", "request"]
 
@@ -183,8 +183,14 @@ def conversation_for(
     if watching is not None:
         handler, callbacks = watching
         return handler.conversation_of(callbacks.parent_run_id)
-    request_id, _ = current_request(messages)
+    start = request_start(messages, _request_starts)
+    request_id = None if start is None else messages[start].id
     return None if request_id is None else ConversationKey("request", request_id)
+
+
+_request_starts = RequestStarts()
+"""Where the requests outside any thread begin: every step of a request reads its
+history again, one step longer (shared by all guards: it describes histories only)."""
 
 
 def watched(guard: LoopGuard, config: RunnableConfig | None) -> bool:

@@ -9,8 +9,11 @@ replaying the history through the engine, which decides alike every time.
 from __future__ import annotations
 
 import itertools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import cast
+from dataclasses import dataclass
+from typing import cast, final
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
@@ -36,10 +39,88 @@ def current_request(messages: Sequence[BaseMessage]) -> tuple[str | None, Sequen
     a request the guard stopped is over: whatever follows its stop is another request
     (another agent's turn on the same messages, say).
     """
+    start = request_start(messages)
+    if start is None:
+        return None, messages
+    return messages[start].id, messages[start:]
+
+
+def request_start(
+    messages: Sequence[BaseMessage], known: RequestStarts | None = None
+) -> int | None:
+    """Where the request `messages` end in begins (see `current_request`), if anywhere.
+
+    With `known`, the walk back stops at the newest message whose request start it
+    remembers and proves still holds, so a history read again as it grows costs what it
+    added since, however long its request is.
+    """
+    start: int | None = None
     for index in range(len(messages) - 1, -1, -1):
         if begins_request(messages, index):
-            return messages[index].id, messages[index:]
-    return None, messages
+            start = index
+            break
+        if known is not None and (start := known.recall(messages, index)) is not None:
+            break
+    if known is not None and messages:
+        known.remember(messages, start)
+    return start
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Start:
+    """Where a message sits in its history, and where its request begins there."""
+
+    index: int
+    start: int
+    start_id: str
+
+
+class RequestStarts:
+    """The request starts of histories read lately, by the id of their last message.
+
+    A cache that proves it is current before it is used: histories get trimmed,
+    summarized, rewritten and forked, so an entry holds only while its message is still
+    at its position and the request's first message still at its own, still beginning
+    a request (a message added or removed before either moves it); else the walk goes
+    on past it. Thread-safe; the newest `size` entries are kept.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, _Start] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def recall(self, messages: Sequence[BaseMessage], index: int) -> int | None:
+        """Where the request of `messages[:index + 1]` begins, when a start remembered for
+        `messages[index]` still holds there."""
+        key = messages[index].id
+        if key is None:
+            return None
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+        if entry is None or entry.index != index:
+            return None
+        first = messages[entry.start]
+        if first.id != entry.start_id or not begins_request(messages, entry.start):
+            return None
+        return entry.start
+
+    def remember(self, messages: Sequence[BaseMessage], start: int | None) -> None:
+        """Remember where the request of `messages` begins, by its last message."""
+        if start is None:
+            return  # no start to prove again: the next look walks the history
+        last = len(messages) - 1
+        key, start_id = messages[last].id, messages[start].id
+        if key is None or start_id is None:
+            return
+        with self._lock:
+            self._entries[key] = _Start(last, start, start_id)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
 
 
 def begins_request(messages: Sequence[BaseMessage], index: int, end: int | None = None) -> bool:

@@ -5,11 +5,20 @@ from __future__ import annotations
 import asyncio
 import operator
 import threading
+from collections import Counter
+from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -604,3 +613,156 @@ def test_the_node_leaves_a_batch_open_when_the_last_reply_has_no_calls() -> None
     out = graph.invoke({"messages": history}, {"configurable": {"thread_id": "t"}})
     assert [m.id for m in out["messages"]] == [m.id for m in history]  # no steer
     assert guard.session("t").state.streak == 1
+
+
+class _Reads:
+    """The messages the guard reads from a history, per model step (while `on`)."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.on = False
+        self.per_step: Counter[int] = Counter()
+
+
+_reads = _Reads()
+
+
+class _CountedMessages(list[AnyMessage]):
+    """A graph's messages that count each message read from them while the guard runs."""
+
+    def _count(self, read: int) -> None:
+        if _reads.on:
+            _reads.per_step[_reads.step] += read
+
+    def __getitem__(self, index: Any) -> Any:
+        out = super().__getitem__(index)
+        self._count(len(out) if isinstance(index, slice) else 1)
+        return out
+
+    def __iter__(self) -> Iterator[AnyMessage]:
+        for message in super().__iter__():
+            self._count(1)
+            yield message
+
+    def __reversed__(self) -> Iterator[AnyMessage]:
+        for message in super().__reversed__():
+            self._count(1)
+            yield message
+
+
+def _add_counted(left: Any, right: Any) -> _CountedMessages:
+    return _CountedMessages(add_messages(left, right))
+
+
+class _CountedState(TypedDict):
+    messages: Annotated[list[AnyMessage], _add_counted]
+
+
+class _CountedNode(LoopGuardNode):
+    def __call__(self, state: Any, config: RunnableConfig) -> Any:
+        _reads.on = True
+        try:
+            return super().__call__(state, config)
+        finally:
+            _reads.on = False
+
+
+def _counted_tool_call(request: Any, execute: Any) -> Any:
+    _reads.on = True
+    try:
+        return execute(request)
+    finally:
+        _reads.on = False
+
+
+def _steps_read(face: str, mode: Mode, earlier: int, steps: int) -> list[int]:
+    """Messages the guard read at each of `steps` new model steps of a thread-less
+    hand-built graph's request that holds `earlier` steps already."""
+    guard = LoopGuard()
+    model = ScriptedChatModel(
+        script=lambda messages, index: (
+            tool_calls_message(("read_file", {"path": f"new/{index}.py"}))
+            if index < steps
+            else AIMessage("done")
+        )
+    )
+
+    def call_model(state: _CountedState) -> dict[str, Any]:
+        _reads.step += 1
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(_CountedState)
+    builder.add_node("model", call_model)
+    wrapped = guard_tools(make_tools(ToolRuns()), guard)
+    builder.add_node("tools", ToolNode(wrapped, wrap_tool_call=_counted_tool_call))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", tools_condition)
+    if face == "node":
+        builder.add_node("loop_guard", _CountedNode(guard), destinations=("model", END))
+        builder.add_edge("tools", "loop_guard")
+    else:
+        builder.add_edge("tools", "model")
+    history: list[AnyMessage] = [HumanMessage("Read every module.")]
+    for n in range(earlier):
+        call = {"name": "read_file", "args": {"path": f"old/{n}.py"}, "id": f"old_{n}"}
+        history += [
+            AIMessage("", tool_calls=[{**call, "type": "tool_call"}]),
+            ToolMessage(f"contents of old/{n}.py", tool_call_id=f"old_{n}"),
+        ]
+    _reads.step, _reads.per_step = 0, Counter()
+    messages = run(builder.compile(), {"messages": history}, {"recursion_limit": 100}, mode)
+    assert messages[-1].content == "done"
+    assert not steers(messages)
+    return [_reads.per_step[step] for step in range(1, steps + 1)]
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("face", ["node", "tools"])
+def test_a_long_request_without_a_thread_costs_the_same_per_step(face: str, mode: Mode) -> None:
+    """Outside a thread a request is known by its user message: the guard finds it again
+    at every step without walking the whole request back (before: 8 more messages read
+    per step, ~10,000 at every step after 5,000 earlier steps)."""
+    short = _steps_read(face, mode, 0, 10)
+    long = _steps_read(face, mode, 5000, 10)
+    # The first step of a request the guard never saw replays it; the steps after it
+    # read the same few messages whatever the request's length.
+    assert max(long[1:]) <= max(short[1:])
+    assert max(short[1:]) < 60
+
+
+def test_a_remembered_request_start_proves_it_holds_before_it_is_used() -> None:
+    """The start of a thread-less request, remembered by its history's last message, is
+    used only while that message and the request's first message are where they were:
+    a trimmed, rewritten or forked history, a new user message or the guard's stop with
+    a message after it is walked again, and named as the full walk names it."""
+    from loop_guard._history import RequestStarts, current_request, request_start
+
+    def step(n: int) -> list[AnyMessage]:
+        call = {"name": "ls", "args": {"n": n}, "id": f"c{n}", "type": "tool_call"}
+        return [
+            AIMessage("", id=f"a{n}", tool_calls=[call]),
+            ToolMessage("x", tool_call_id=f"c{n}", id=f"t{n}"),
+        ]
+
+    def check(history: list[AnyMessage]) -> int | None:
+        start = request_start(history, known)
+        walked, _ = current_request(history)
+        assert (None if start is None else history[start].id) == walked
+        return start
+
+    known = RequestStarts()
+    system = SystemMessage("You are helpful.", id="sys")
+    history: list[AnyMessage] = [system, HumanMessage("one", id="h1"), *step(1)]
+    assert check(history) == 1
+    history += step(2)
+    assert check(history) == 1  # remembered: t1 is still at 3, h1 still at 1
+    assert check([system, *history[2:]]) is None  # trimmed: the user message is gone
+    summary = HumanMessage("summary", id="s1", additional_kwargs={"lc_source": "summarization"})
+    assert check([system, summary, *history[2:]]) is None  # rewritten in place
+    assert check([system, HumanMessage("other", id="h9"), *history[2:]]) == 1
+    fork = [*history[:4], HumanMessage("two", id="h2"), *step(3)]
+    assert check(fork) == 4  # a fork after t1, and a new request in it
+    assert check([*fork, *step(4)]) == 4
+    stop = AIMessage("Stopped.", name="loop_guard", id="stop")
+    assert check([*history, stop]) == 1  # the guard's stop ends the request...
+    assert check([*history, stop, *step(5)]) == 6  # ...and what follows is another
