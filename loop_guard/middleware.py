@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, NotRequired, cast
@@ -17,6 +18,7 @@ from langchain.agents.middleware.types import (
 )
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.config import get_config
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from langgraph.typing import ContextT
@@ -43,6 +45,8 @@ from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
+
+logger = logging.getLogger("loop_guard")
 
 ExitBehavior = Literal["end", "error"]
 """How the request ends when the guard stops it (abort, or terminate).
@@ -166,7 +170,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             where the model saw it.
         - When every call of the reply was refused, the refusals join the history
             and the model is asked again at once, so no other middleware ever acts on
-            a reply that has nothing left to run.
+            a reply that has nothing left to run. When that call fails, the turn ends
+            with the refusals, and the model sees them on the next step: a retry or
+            fallback around the guard never repeats a turn for a call the guard made.
         - A reply refused in part keeps its refused calls for the tool node, which
             answers them without running them (`wrap_tool_call`).
         - A stop answers the reply's calls and ends with the guard's final
@@ -174,12 +180,19 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
 
         What a middleware wrapping this one gets: `result` ends with the model's last
         reply, after the due steer (and the earlier replies and refusals, when the
-        model was asked again); a stop follows it in the history through the
-        `Command` of an `ExtendedModelResponse`.
+        model was asked again); a stop, or the refusals of a reply when asking again
+        failed, follows it in the history through the `Command` of an
+        `ExtendedModelResponse`.
         """
         turn = _Turn(self, request)
         while (model_request := turn.next_request()) is not None:
-            turn.take(handler(model_request))
+            try:
+                response = handler(model_request)
+            except Exception as error:
+                if not turn.ended_by(error):
+                    raise
+                break
+            turn.take(response)
         return turn.outcome()
 
     @override
@@ -191,7 +204,13 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """Async twin of `wrap_model_call`."""
         turn = _Turn(self, request)
         while (model_request := turn.next_request()) is not None:
-            turn.take(await handler(model_request))
+            try:
+                response = await handler(model_request)
+            except Exception as error:
+                if not turn.ended_by(error):
+                    raise
+                break
+            turn.take(response)
         return turn.outcome()
 
     @override
@@ -397,7 +416,9 @@ class _Turn(Generic[ResponseT]):
         self.session = middleware.guard.detached(_conversation(self.state), snapshot)
         self.added: list[BaseMessage] = []  # what this turn adds to the history, in order
         self.replied = False  # `added` holds a reply of the model
-        self.ending: list[BaseMessage] = []  # a stop: the last reply's answers, the message
+        # What follows the last reply, applied after the result: a stop (the reply's
+        # answers, the message), or the refusals when asking again failed.
+        self.ending: list[BaseMessage] = []
         self.response: ModelResponse[ResponseT] | None = None
         self.changed = False  # the guard's snapshot changed
         self.again = True  # the model is to be called (again)
@@ -443,6 +464,30 @@ class _Turn(Generic[ResponseT]):
         ):
             self._add(answers)
             self.again = True
+
+    def ended_by(self, error: Exception) -> bool:
+        """Whether a failed model call ends the turn with what it has (then ended).
+
+        The first call's failure is the caller's: a retry or fallback around the guard
+        runs the turn again. Asking again after a reply refused in full is the guard's
+        own doing: raising there would make such a middleware repeat the whole turn
+        (the reply, its refusal, the failing call) until it gives up, throwing the
+        refusals away. The turn ends instead with the refused reply answered, the
+        answers after it in the command as a stop is, and the model sees them on the
+        next step. An interrupt always propagates.
+        """
+        if self.response is None or isinstance(error, GraphBubbleUp):
+            return False
+        logger.warning(
+            "loop guard: asking the model again after a refusal failed (%s: %s); "
+            "the model is asked on the next step",
+            type(error).__name__,
+            error,
+        )
+        last_reply = max(i for i, m in enumerate(self.added) if isinstance(m, AIMessage))
+        self.ending = self.added[last_reply + 1 :]
+        del self.added[last_reply + 1 :]
+        return True
 
     def outcome(self) -> ModelResponse[ResponseT] | ExtendedModelResponse[ResponseT]:
         """The model node's result: the turn's messages and the guard's new snapshot.

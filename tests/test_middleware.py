@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
+    AgentMiddleware,
     HumanInTheLoopMiddleware,
     SummarizationMiddleware,
     ToolCallLimitMiddleware,
@@ -485,17 +486,52 @@ def test_a_valid_structured_answer_is_left_alone() -> None:
     assert model.calls == 1
 
 
-def _flaky(script: Any, fail_when: Any) -> Any:
-    """A script whose model fails once, the first time `fail_when(messages)` holds."""
-    failed: list[bool] = []
+def _failing(script: Any, fails: Any) -> Any:
+    """A script whose model raises a transient error on the calls `fails(messages, index)`
+    picks."""
 
-    def flaky(messages: Any, index: int) -> AIMessage:
-        if fail_when(messages) and not failed:
-            failed.append(True)
+    def failing(messages: Any, index: int) -> AIMessage:
+        if fails(messages, index):
             raise ConnectionError("transient")
         return script(messages, index)
 
-    return flaky
+    return failing
+
+
+def _every_other_call(messages: Any, index: int) -> bool:
+    return index % 2 == 1
+
+
+def _re_asks() -> Any:
+    """Picks the guard's re-asks: the first call after each refusal (a refusal's id is
+    seen again only by the next step's call)."""
+    failed: set[str] = set()
+
+    def fails(messages: Any, index: int) -> bool:
+        last = messages[-1]
+        if (
+            isinstance(last, ToolMessage)
+            and last.response_metadata.get("loop_guard") == "blocked"
+            and last.tool_call_id not in failed
+        ):
+            failed.add(last.tool_call_id)
+            return True
+        return False
+
+    return fails
+
+
+def _once(fail_when: Any) -> Any:
+    """Picks the first call for which `fail_when(messages)` holds."""
+    failed: list[bool] = []
+
+    def fails(messages: Any, index: int) -> bool:
+        if fail_when(messages) and not failed:
+            failed.append(True)
+            return True
+        return False
+
+    return fails
 
 
 @pytest.mark.parametrize("wrapper", ["retry", "fallback"])
@@ -510,7 +546,7 @@ def test_a_model_call_run_again_by_other_middleware_publishes_each_decision_once
     events: list[GuardEvent] = []
     guard = LoopGuardMiddleware(on_event=events.append)
     steered = lambda messages: any(m.name == "loop_guard" for m in messages)  # noqa: E731
-    model = ScriptedChatModel(script=_flaky(obedient(READ_NOTES), steered))
+    model = ScriptedChatModel(script=_failing(obedient(READ_NOTES), _once(steered)))
     again: Any = (
         ModelRetryMiddleware(max_retries=2, initial_delay=0, jitter=False)
         if wrapper == "retry"
@@ -526,25 +562,79 @@ def test_a_model_call_run_again_by_other_middleware_publishes_each_decision_once
     assert guard.guard.stats.warnings == 1
 
 
-def test_a_failed_re_ask_retried_counts_its_block_once() -> None:
-    """A reply refused in full is answered and the model asked again within the turn; if
-    that call fails and the turn is retried, the refusal is decided again: one event, one
-    block counted, as in the history."""
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fails", ["every other call", "the re-asks"])
+def test_a_failed_re_ask_under_model_retry_ends_with_the_guard_stop(mode: Mode, fails: str) -> None:
+    """`ModelRetryMiddleware` around the guard, a provider failing every other call (or on
+    each re-ask): a reply refused in full is answered and the model asked again; when that
+    call fails, the turn ends with the refusals and the model sees them on the next step.
+    Each decision is published once and the run ends at the guard's stop. Before: the
+    retry repeated the whole turn, every attempt failed at its re-ask, and the run ended
+    with "Model call failed after 4 attempts", the refusals thrown away."""
     from langchain.agents.middleware import ModelRetryMiddleware
+
+    replies: list[Any] = []
+
+    class Outer(AgentMiddleware):
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            response = handler(request)
+            replies.append(response.result[-1])
+            return response
+
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            response = await handler(request)
+            replies.append(response.result[-1])
+            return response
 
     events: list[GuardEvent] = []
     guard = LoopGuardMiddleware(on_event=events.append)
-    blocked_once = lambda messages: any(  # noqa: E731
-        isinstance(m, ToolMessage) and m.response_metadata.get("loop_guard") == "blocked"
-        for m in messages
-    )
-    model = ScriptedChatModel(script=_flaky(stubborn(READ_NOTES), blocked_once))
-    retry = ModelRetryMiddleware(max_retries=2, initial_delay=0, jitter=False)
+    picks = _every_other_call if fails == "every other call" else _re_asks()
+    model = ScriptedChatModel(script=_failing(stubborn(READ_NOTES), picks))
+    retry = ModelRetryMiddleware(max_retries=3, initial_delay=0, jitter=False)
+    runs = ToolRuns()
     agent = create_agent(
-        model, make_tools(ToolRuns()), middleware=[retry, guard], checkpointer=InMemorySaver()
+        model, make_tools(runs), middleware=[Outer(), retry, guard], checkpointer=InMemorySaver()
     )
-    messages = agent.invoke(ask(), THREAD)["messages"]
+    messages = run(agent, ask(), THREAD, mode)
     assert_valid_history(messages)
+    # One model turn per step, its result ending with the model's reply (the refusals
+    # of a failed re-ask follow it in the command).
+    assert len(replies) == 7
+    assert all(isinstance(r, AIMessage) and r.tool_calls and r.name is None for r in replies)
+    stop = final_stop(messages)
+    assert stop is not None
+    assert "Stopped by loop_guard" in str(stop.content)
+    assert runs.counts["read_file"] == 4
+    assert len(steers(messages)) == 1
     assert len(blocked(messages)) == 3
     assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
     assert guard.guard.stats.blocks == 3
+    # 7 replies, as without failures; the failed calls: 6 (every other), 2 (the re-asks
+    # after the 1st and 2nd refusal; the 3rd refusal stops the run).
+    assert model.calls == (13 if fails == "every other call" else 9)
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_a_failed_re_ask_under_model_fallback_ends_with_the_guard_stop(mode: Mode) -> None:
+    """`ModelFallbackMiddleware` around the guard, both models failing on each re-ask: the
+    re-ask's failure ends the turn with the refusals. Before: the whole turn went to the
+    fallback model, whose own re-ask failed, and the run died with the exception."""
+    from langchain.agents.middleware import ModelFallbackMiddleware
+
+    events: list[GuardEvent] = []
+    guard = LoopGuardMiddleware(on_event=events.append)
+    model = ScriptedChatModel(script=_failing(stubborn(READ_NOTES), _re_asks()))
+    fallback = ScriptedChatModel(script=_failing(stubborn(READ_NOTES), _re_asks()))
+    agent = create_agent(
+        model,
+        make_tools(ToolRuns()),
+        middleware=[ModelFallbackMiddleware(fallback), guard],
+        checkpointer=InMemorySaver(),
+    )
+    messages = run(agent, ask(), THREAD, mode)
+    assert_valid_history(messages)
+    assert final_stop(messages) is not None
+    assert len(blocked(messages)) == 3
+    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert guard.guard.stats.blocks == 3
+    assert (model.calls, fallback.calls) == (9, 0)  # 7 replies, 2 failed re-asks
