@@ -11,12 +11,22 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
+from langgraph.errors import ParentCommand
+from langgraph.types import Command
 from typing_extensions import override
 
-from loop_guard._conversation import RunTree, session_for
+from loop_guard._conversation import ConversationKey, RunTree, session_for
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._langchain import calls_of, dispatch_event, error_result, result_of
-from loop_guard._values import Call, LoopGuardAbort, Result
+from loop_guard._langchain import (
+    answers_to,
+    calls_of,
+    dispatch_event,
+    error_result,
+    last_batch,
+    result_of,
+    stop_messages,
+)
+from loop_guard._values import Call, LoopGuardAbort, Result, Stop
 
 
 class _StopIsNotAnError(logging.Filter):
@@ -32,8 +42,15 @@ class _StopIsNotAnError(logging.Filter):
             isinstance(args, tuple)
             and len(args) == 3
             and args[1] == "on_chat_model_start"
-            and str(args[2]).startswith(f"{LoopGuardAbort.__name__}(")
+            and str(args[2]).startswith((f"{LoopGuardAbort.__name__}(", f"{_GraphStop.__name__}("))
         )
+
+
+class _GraphStop(ParentCommand):
+    """Ends the run of a subgraph (a `Send` branch, a subagent) whose request the guard
+    stopped, in place of its next model call: LangGraph gives the `Command` to the model
+    node's task as that node's update (the stop message), and the subgraph ends there
+    while its caller goes on."""
 
 
 _QUIET_STOPS = _StopIsNotAnError()
@@ -68,14 +85,18 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
     raise_error = True  # only LoopGuardAbort escapes: every other failure is reported
     run_inline = True  # cheap and thread-safe: no executor hop in async runs
 
-    def __init__(self, guard: LoopGuard) -> None:
+    def __init__(self, guard: LoopGuard, *, messages_key: str = "messages") -> None:
         """Watch runs on behalf of `guard`."""
         given: object = guard  # checked at run time: callers may be untyped
         if not isinstance(given, LoopGuard):
             msg = f"guard must be a LoopGuard, got {type(given).__name__}"
             raise ValueError(msg)
+        if not isinstance(messages_key, str) or not messages_key:
+            msg = f"messages_key must be a state key, got {messages_key!r}"
+            raise ValueError(msg)
         super().__init__()
         self.guard = guard
+        self.messages_key = messages_key
         guard.subscribe(dispatch_event)
         logging.getLogger("langchain_core.callbacks.manager").addFilter(_QUIET_STOPS)
         self._tools: dict[UUID, tuple[Session, Call]] = {}
@@ -119,7 +140,20 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
             self.guard.report_fault(str(key), error)
         if stop is not None:
             self.end(run_id)  # no error callback follows for this model run
+            task = (metadata or {}).get("langgraph_checkpoint_ns")
+            if key is not None and key.graph and isinstance(task, str):
+                raise _GraphStop(self._stop_update(task, messages[0], stop))
             raise LoopGuardAbort(stop)
+
+    def _stop_update(self, task: str, history: list[BaseMessage], stop: Stop) -> Command[Any]:
+        """The update that ends a subgraph's stopped request, for the model node's task
+        (`task`, its namespace): a "not run" answer to any call left unanswered, then
+        the stop message."""
+        ai_message, answers = last_batch(history)
+        calls = calls_of(ai_message) if ai_message is not None else ()
+        answered = [answer is not None for answer in answers_to(calls, answers)]
+        ending = stop_messages(ai_message, answered, stop)
+        return Command(graph=task, update={self.messages_key: ending})
 
     @override
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
@@ -229,9 +263,11 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
     def _end(self, run_id: UUID) -> None:
         self._tools.pop(run_id, None)
         ended = self.end(run_id)
-        if ended is not None:
-            # A top-level run has ended: free its conversation. A thread that goes on later
-            # (a new request, or a resume after an interrupt) is rebuilt from its history.
+        if ended is not None and not ended.follows_history:
+            # A top-level run outside any thread has ended: nothing can go on with its
+            # conversation. A thread's stays (bounded by `max_conversations`), proving it is
+            # current at the next look, so a resume after an interrupt keeps what a trimmed
+            # history lost.
             with self._claiming:
                 self._claimed.pop(str(ended), None)
             self.guard.end_request(str(ended))
