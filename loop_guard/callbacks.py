@@ -15,7 +15,7 @@ from langgraph.errors import ParentCommand
 from langgraph.types import Command
 from typing_extensions import override
 
-from loop_guard._conversation import ConversationKey, RunTree, session_for
+from loop_guard._conversation import RunTree, session_for
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     answers_to,
@@ -26,6 +26,7 @@ from loop_guard._langchain import (
     result_of,
     stop_messages,
 )
+from loop_guard._messages import GUARD_NAME
 from loop_guard._values import Call, LoopGuardAbort, Result, Stop
 
 
@@ -54,6 +55,11 @@ class _GraphStop(ParentCommand):
 
 
 _QUIET_STOPS = _StopIsNotAnError()
+
+
+def _ends_at_stop(prompt: list[BaseMessage]) -> bool:
+    """Whether a model's prompt ends with the message of a request the guard stopped."""
+    return bool(prompt) and isinstance(prompt[-1], AIMessage) and prompt[-1].name == GUARD_NAME
 
 
 class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
@@ -134,7 +140,10 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         key = self.conversation_of(run_id)
         stop = None
         try:
-            if key is not None and messages:
+            # A prompt that ends at the guard's stop goes on after a stopped request (an
+            # agent run after a subagent's stop on the same messages): the response it
+            # gets begins a new request, so the old stop refuses nothing.
+            if key is not None and messages and not _ends_at_stop(messages[0]):
                 stop = session_for(self.guard, key, messages[0]).stop
         except Exception as error:
             self.guard.report_fault(str(key), error)
