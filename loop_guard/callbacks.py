@@ -68,7 +68,10 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
     Attach it to any runnable with `config={"callbacks": [handler]}`. It observes: it
     groups each model response's tool calls into a batch, records every result, emits
     the guard's events, and refuses the next model call once the request was stopped
-    (raising `LoopGuardAbort`). Blocking a call before it runs is the job of
+    (raising `LoopGuardAbort`; in a subgraph, such as a `Send` branch or a subagent, it
+    ends that subgraph with the stop message instead, and its caller goes on). A
+    thread's state outlives a run (a resume after a pause), bounded by the guard's
+    `max_conversations`. Blocking a call before it runs is the job of
     `guard_tools` and `LoopGuardNode`; combined with them, no step is counted twice.
     `LoopGuardMiddleware` keeps its own state and needs no handler.
 
@@ -78,6 +81,11 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
 
     Args:
         guard: The `LoopGuard` holding the conversations' state.
+        messages_key: The state key a subgraph's stop message is written under (as
+            `LoopGuardNode(messages_key=...)`).
+
+    Raises:
+        ValueError: If `guard` is not a `LoopGuard` or `messages_key` is empty.
 
     Example:
         ```python
@@ -88,7 +96,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         ```
     """
 
-    raise_error = True  # only LoopGuardAbort escapes: every other failure is reported
+    raise_error = True  # only the guard's stops escape: every other failure is reported
     run_inline = True  # cheap and thread-safe: no executor hop in async runs
 
     def __init__(self, guard: LoopGuard, *, messages_key: str = "messages") -> None:
@@ -226,12 +234,12 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
 
     @override
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        """Forget the run; a finished top-level run frees its conversation."""
+        """Forget the run; a finished top-level run outside a thread frees its conversation."""
         self._end(run_id)
 
     @override
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        """Forget the run; a failed top-level run frees its conversation."""
+        """Forget the run; a failed top-level run outside a thread frees its conversation."""
         self._end(run_id)
 
     def _claim(self, session: Session, tool_call_id: str | None, name: str) -> Call | None:

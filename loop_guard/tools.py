@@ -116,8 +116,8 @@ class GuardedTool(BaseTool):
         decision = self._decide(input, config)
         if decision.refusal is not None:
             with _refusing(decision.refusal):
-                refused = _marked(super().invoke(decision.input, config, **kwargs), BLOCK_MARK)
-            return _with_record(refused, decision.session)
+                output = super().invoke(decision.input, config, **kwargs)
+            return _with_record(_marked(output, BLOCK_MARK), decision.session)
         with self._recording_failure(decision):
             output = self._run_once(
                 decision, lambda: self.inner.invoke(decision.input, config, **kwargs)
@@ -135,8 +135,8 @@ class GuardedTool(BaseTool):
         decision = self._decide(input, config)
         if decision.refusal is not None:
             with _refusing(decision.refusal):
-                refused = _marked(await super().ainvoke(decision.input, config, **kwargs), BLOCK_MARK)
-            return _with_record(refused, decision.session)
+                output = await super().ainvoke(decision.input, config, **kwargs)
+            return _with_record(_marked(output, BLOCK_MARK), decision.session)
         with self._recording_failure(decision):
             output = await self._arun_once(
                 decision, lambda: self.inner.ainvoke(decision.input, config, **kwargs)

@@ -55,9 +55,7 @@ def trimmer(cut: Cut) -> Any:
     return trim
 
 
-def trimmed_graph(
-    face: Face, cut: Cut, guard: LoopGuard, runs: ToolRuns, checkpointer: Any
-) -> Any:
+def trimmed_graph(face: Face, cut: Cut, guard: LoopGuard, runs: ToolRuns, checkpointer: Any) -> Any:
     """trim -> model -> tools (paused before) -> [LoopGuardNode ->] trim."""
     model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
     builder = StateGraph(MessagesState)
