@@ -127,3 +127,28 @@ def test_a_trimmed_history_with_approval_pauses_is_stopped_as_one_run(
     assert stop is not None
     assert "Stopped by loop_guard" in str(stop.content)
     assert_valid_history(outcome)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [{"request_id": None, "recent": [[1]]}, {"request_id": None, "streak": "many"}, "text"],
+)
+def test_a_record_that_does_not_parse_is_passed_over(record: Any) -> None:
+    """A hand-written or foreign record never crashes the agent: the history is replayed
+    as if it were not there."""
+    from langchain_core.messages import ToolMessage
+
+    from loop_guard._conversation import ConversationKey, session_for
+    from loop_guard._langchain import STATE_KEY
+
+    def history(metadata: dict[str, Any]) -> list[BaseMessage]:
+        call = {"name": "ls", "args": {}, "id": "call_0"}
+        answer = ToolMessage("empty", tool_call_id="call_0", id="r1", response_metadata=metadata)
+        return [AIMessage("", id="a1", tool_calls=[call]), answer]
+
+    def rebuilt(messages: list[BaseMessage]) -> dict[str, Any]:
+        return session_for(LoopGuard(), ConversationKey("thread", "t"), messages).snapshot()
+
+    replayed = rebuilt(history({}))
+    assert replayed["settled"] or replayed["batch"]  # the step is known
+    assert rebuilt(history({STATE_KEY: record})) == replayed
