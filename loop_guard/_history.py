@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast, final
 
@@ -20,6 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from loop_guard._engine import Engine
 from loop_guard._langchain import (
     BLOCK_MARK,
+    STATE_KEY,
     STEER_MARK,
     answers_to,
     calls_of,
@@ -249,6 +250,11 @@ def up_to_date(
     return None if state is not None else rebuild(engine, messages[:end])
 
 
+def _is_response(message: BaseMessage) -> bool:
+    """Whether a message is a model response with tool calls: a batch."""
+    return isinstance(message, AIMessage) and bool(message.tool_calls)
+
+
 def _news(state: RequestState, since: Sequence[BaseMessage]) -> bool:
     """Whether messages after what `state` has seen hold news for it: a response it has
     not seen (but the live one, the last message, which the adapters decide), an answer
@@ -286,8 +292,40 @@ def rebuild(engine: Engine, messages: Sequence[BaseMessage]) -> RequestState:
     that outlive a request, so the cost stays flat however long the thread is.
     """
     request_id, request = current_request(messages)
+    recorded = _newest_record(request, request_id)
+    if recorded is not None:
+        response, state = recorded
+        return catch_up(engine, state, request[response:])
     start = len(messages) - len(request)
     return replay(engine, request_id, request, before=_recent_steps(engine, messages[:start]))
+
+
+def _newest_record(
+    request: Sequence[BaseMessage], request_id: str | None
+) -> tuple[int, RequestState] | None:
+    """The newest state a guarded tool recorded in the request's messages (`STATE_KEY`),
+    with the index of the response its result answers; `None` when there is none.
+
+    It is what a live guard knew at that point, so catching up from it decides exactly
+    as replaying the whole request, and it still knows what a trimmed history lost (the
+    request's start, its early steps). Without a request start in sight, any record
+    counts; a record that does not parse is passed over.
+    """
+    for index in range(len(request) - 1, -1, -1):
+        message = request[index]
+        record = message.response_metadata.get(STATE_KEY)
+        if not isinstance(message, ToolMessage) or not isinstance(record, Mapping):
+            continue
+        if request_id is not None and record.get("request_id") != request_id:
+            continue
+        response = index
+        while response > 0 and not _is_response(request[response]):
+            response -= 1
+        try:
+            return response, RequestState.from_dict(record)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            continue  # written by hand, or by another version: the replay stands
+    return None
 
 
 def _recent_steps(engine: Engine, earlier: Sequence[BaseMessage]) -> RequestState | None:

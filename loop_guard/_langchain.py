@@ -43,6 +43,10 @@ DUPLICATE_MARK = "duplicate"
 RESULT_KEY = "loop_guard_result"
 """`response_metadata` key of a steered tool result: the fingerprint of what the tool returned."""
 
+STATE_KEY = "loop_guard_state"
+"""`response_metadata` key of a guarded tool's result: the conversation's state once the
+result was recorded (`RequestState.to_dict`), which outlives a history cut short."""
+
 
 def dispatch_event(event: GuardEvent) -> None:
     """Publish a guard event as the LangChain custom event `loop_guard`, and on

@@ -11,12 +11,23 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
+from langgraph.errors import ParentCommand
+from langgraph.types import Command
 from typing_extensions import override
 
 from loop_guard._conversation import RunTree, session_for
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._langchain import calls_of, dispatch_event, error_result, result_of
-from loop_guard._values import Call, LoopGuardAbort, Result
+from loop_guard._langchain import (
+    answers_to,
+    calls_of,
+    dispatch_event,
+    error_result,
+    last_batch,
+    result_of,
+    stop_messages,
+)
+from loop_guard._messages import GUARD_NAME
+from loop_guard._values import Call, LoopGuardAbort, Result, Stop
 
 
 class _StopIsNotAnError(logging.Filter):
@@ -32,11 +43,23 @@ class _StopIsNotAnError(logging.Filter):
             isinstance(args, tuple)
             and len(args) == 3
             and args[1] == "on_chat_model_start"
-            and str(args[2]).startswith(f"{LoopGuardAbort.__name__}(")
+            and str(args[2]).startswith((f"{LoopGuardAbort.__name__}(", f"{_GraphStop.__name__}("))
         )
 
 
+class _GraphStop(ParentCommand):
+    """Ends the run of a subgraph (a `Send` branch, a subagent) whose request the guard
+    stopped, in place of its next model call: LangGraph gives the `Command` to the model
+    node's task as that node's update (the stop message), and the subgraph ends there
+    while its caller goes on."""
+
+
 _QUIET_STOPS = _StopIsNotAnError()
+
+
+def _ends_at_stop(prompt: list[BaseMessage]) -> bool:
+    """Whether a model's prompt ends with the message of a request the guard stopped."""
+    return bool(prompt) and isinstance(prompt[-1], AIMessage) and prompt[-1].name == GUARD_NAME
 
 
 class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
@@ -45,7 +68,10 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
     Attach it to any runnable with `config={"callbacks": [handler]}`. It observes: it
     groups each model response's tool calls into a batch, records every result, emits
     the guard's events, and refuses the next model call once the request was stopped
-    (raising `LoopGuardAbort`). Blocking a call before it runs is the job of
+    (raising `LoopGuardAbort`; in a subgraph, such as a `Send` branch or a subagent, it
+    ends that subgraph with the stop message instead, and its caller goes on). A
+    thread's state outlives a run (a resume after a pause), bounded by the guard's
+    `max_conversations`. Blocking a call before it runs is the job of
     `guard_tools` and `LoopGuardNode`; combined with them, no step is counted twice.
     `LoopGuardMiddleware` keeps its own state and needs no handler.
 
@@ -55,6 +81,11 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
 
     Args:
         guard: The `LoopGuard` holding the conversations' state.
+        messages_key: The state key a subgraph's stop message is written under (as
+            `LoopGuardNode(messages_key=...)`).
+
+    Raises:
+        ValueError: If `guard` is not a `LoopGuard` or `messages_key` is empty.
 
     Example:
         ```python
@@ -65,17 +96,21 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         ```
     """
 
-    raise_error = True  # only LoopGuardAbort escapes: every other failure is reported
+    raise_error = True  # only the guard's stops escape: every other failure is reported
     run_inline = True  # cheap and thread-safe: no executor hop in async runs
 
-    def __init__(self, guard: LoopGuard) -> None:
+    def __init__(self, guard: LoopGuard, *, messages_key: str = "messages") -> None:
         """Watch runs on behalf of `guard`."""
         given: object = guard  # checked at run time: callers may be untyped
         if not isinstance(given, LoopGuard):
             msg = f"guard must be a LoopGuard, got {type(given).__name__}"
             raise ValueError(msg)
+        if not isinstance(messages_key, str) or not messages_key:
+            msg = f"messages_key must be a state key, got {messages_key!r}"
+            raise ValueError(msg)
         super().__init__()
         self.guard = guard
+        self.messages_key = messages_key
         guard.subscribe(dispatch_event)
         logging.getLogger("langchain_core.callbacks.manager").addFilter(_QUIET_STOPS)
         self._tools: dict[UUID, tuple[Session, Call]] = {}
@@ -113,13 +148,29 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         key = self.conversation_of(run_id)
         stop = None
         try:
-            if key is not None and messages:
+            # A prompt that ends at the guard's stop goes on after a stopped request (an
+            # agent run after a subagent's stop on the same messages): the response it
+            # gets begins a new request, so the old stop refuses nothing.
+            if key is not None and messages and not _ends_at_stop(messages[0]):
                 stop = session_for(self.guard, key, messages[0]).stop
         except Exception as error:
             self.guard.report_fault(str(key), error)
         if stop is not None:
             self.end(run_id)  # no error callback follows for this model run
+            task = (metadata or {}).get("langgraph_checkpoint_ns")
+            if key is not None and key.graph and isinstance(task, str):
+                raise _GraphStop(self._stop_update(task, messages[0], stop))
             raise LoopGuardAbort(stop)
+
+    def _stop_update(self, task: str, history: list[BaseMessage], stop: Stop) -> Command[Any]:
+        """The update that ends a subgraph's stopped request, for the model node's task
+        (`task`, its namespace): a "not run" answer to any call left unanswered, then
+        the stop message."""
+        ai_message, answers = last_batch(history)
+        calls = calls_of(ai_message) if ai_message is not None else ()
+        answered = [answer is not None for answer in answers_to(calls, answers)]
+        ending = stop_messages(ai_message, answered, stop)
+        return Command(graph=task, update={self.messages_key: ending})
 
     @override
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
@@ -189,12 +240,12 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
 
     @override
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        """Forget the run; a finished top-level run frees its conversation."""
+        """Forget the run; a finished top-level run outside a thread frees its conversation."""
         self._end(run_id)
 
     @override
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        """Forget the run; a failed top-level run frees its conversation."""
+        """Forget the run; a failed top-level run outside a thread frees its conversation."""
         self._end(run_id)
 
     def _claim(self, session: Session, tool_call_id: str | None, name: str) -> Call | None:
@@ -235,9 +286,11 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
     def _end(self, run_id: UUID) -> None:
         self._tools.pop(run_id, None)
         ended = self.end(run_id)
-        if ended is not None:
-            # A top-level run has ended: free its conversation. A thread that goes on later
-            # (a new request, or a resume after an interrupt) is rebuilt from its history.
+        if ended is not None and not ended.follows_history:
+            # A top-level run outside any thread has ended: nothing can go on with its
+            # conversation. A thread's stays (bounded by `max_conversations`), proving it is
+            # current at the next look, so a resume after an interrupt keeps what a trimmed
+            # history lost.
             with self._claiming:
                 self._claimed.pop(str(ended), None)
             self.guard.end_request(str(ended))

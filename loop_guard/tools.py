@@ -23,6 +23,7 @@ from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     BLOCK_MARK,
     RESULT_KEY,
+    STATE_KEY,
     STEER_MARK,
     ashared_run,
     calls_of,
@@ -115,7 +116,8 @@ class GuardedTool(BaseTool):
         decision = self._decide(input, config)
         if decision.refusal is not None:
             with _refusing(decision.refusal):
-                return _marked(super().invoke(decision.input, config, **kwargs), BLOCK_MARK)
+                output = super().invoke(decision.input, config, **kwargs)
+            return _with_record(_marked(output, BLOCK_MARK), decision.session)
         with self._recording_failure(decision):
             output = self._run_once(
                 decision, lambda: self.inner.invoke(decision.input, config, **kwargs)
@@ -133,7 +135,8 @@ class GuardedTool(BaseTool):
         decision = self._decide(input, config)
         if decision.refusal is not None:
             with _refusing(decision.refusal):
-                return _marked(await super().ainvoke(decision.input, config, **kwargs), BLOCK_MARK)
+                output = await super().ainvoke(decision.input, config, **kwargs)
+            return _with_record(_marked(output, BLOCK_MARK), decision.session)
         with self._recording_failure(decision):
             output = await self._arun_once(
                 decision, lambda: self.inner.ainvoke(decision.input, config, **kwargs)
@@ -278,13 +281,13 @@ class GuardedTool(BaseTool):
             if deliver is None:
                 deliver = self._steers_here(session, decision.watched)
             if not deliver or tool_message_of(output) is None:
-                return output
+                return _with_record(output, session)
             steer = session.take_steer()
-            if steer is None:
-                return output
-            if result is None:
-                result = result_of(output, normalizers)
-            return _with_steer(output, steer.message, result)
+            if steer is not None:
+                if result is None:
+                    result = result_of(output, normalizers)
+                output = _with_steer(output, steer.message, result)
+            return _with_record(output, session)
         except Exception as error:  # a fault of the guard: the tool's output goes through
             self.guard.report_fault(session.conversation, error)
             return output
@@ -468,18 +471,40 @@ def _with_steer(output: Any, steer: str, result: Result) -> Any:
         metadata = {**output.response_metadata, RESULT_KEY: result.fingerprint}
         message = output.model_copy(update={"content": steered, "response_metadata": metadata})
         return _marked(message, STEER_MARK)
-    if isinstance(output, Command) and isinstance(output.update, dict):
-        found = tool_message_of(output)
-        messages = [
-            _with_steer(m, steer, result) if m is found else m for m in output.update["messages"]
-        ]
-        return Command(
-            graph=output.graph,
-            update={**output.update, "messages": messages},
-            resume=output.resume,
-            goto=output.goto,
-        )
+    if isinstance(output, Command):
+        return _rewritten(output, lambda message: _with_steer(message, steer, result))
     return output
+
+
+def _with_record(output: Any, session: Session | None) -> Any:
+    """The tool's output with the conversation's state recorded in its tool message
+    (`STATE_KEY`): a history trimmed later, read by a process that holds nothing for
+    the thread, still shows what the guard knew."""
+    if session is None:
+        return output
+    record = session.state.to_dict()
+
+    def recorded(message: ToolMessage) -> ToolMessage:
+        metadata = {**message.response_metadata, STATE_KEY: record}
+        return message.model_copy(update={"response_metadata": metadata})
+
+    if isinstance(output, ToolMessage):
+        return recorded(output)
+    return _rewritten(output, recorded) if isinstance(output, Command) else output
+
+
+def _rewritten(output: Command[Any], rewrite: Callable[[ToolMessage], ToolMessage]) -> Command[Any]:
+    """A tool's `Command` with its tool message (`tool_message_of`) rewritten."""
+    found = tool_message_of(output)
+    if found is None or not isinstance(output.update, dict):
+        return output
+    messages = [rewrite(m) if m is found else m for m in output.update["messages"]]
+    return Command(
+        graph=output.graph,
+        update={**output.update, "messages": messages},
+        resume=output.resume,
+        goto=output.goto,
+    )
 
 
 def _marked(output: Any, mark: str) -> Any:

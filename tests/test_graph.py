@@ -363,17 +363,22 @@ def test_a_state_with_its_own_messages_key() -> None:
         assert len(blocked(current_request(chat))) == 3
 
 
-def test_the_handler_frees_a_thread_when_its_run_ends() -> None:
-    """Memory goes back to baseline; the next request on the thread still starts fresh and
-    an interrupted request would be rebuilt from the thread's history."""
+def test_the_handler_keeps_a_thread_across_its_runs_and_frees_a_run_outside_one() -> None:
+    """A thread's state outlives the run (a resume keeps what a trimmed history lost),
+    one entry per thread; the next request on the thread still starts fresh. A run
+    outside any thread is freed when it ends."""
     guard = LoopGuard()
     runs = ToolRuns()
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
+    handler = LoopGuardCallbackHandler(guard)
+    build_graph(model, make_tools(runs), guard).invoke(ask(), {"callbacks": [handler]})
+    assert guard._states == {}
+    runs.counts.clear()
     graph = build_graph(model, make_tools(runs), guard, checkpointer=InMemorySaver())
-    config = {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]}
+    config = {**THREAD, "callbacks": [handler]}
     for request in (1, 2):
         messages = graph.invoke(ask(), config)["messages"]
-        assert guard._states == {}
+        assert list(guard._states) == [THREAD["configurable"]["thread_id"]]
         assert runs.counts["read_file"] == 4 * request
         assert len(blocked(current_request(messages))) == 3
 

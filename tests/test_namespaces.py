@@ -15,17 +15,20 @@ agent), `guard_tools` + `LoopGuardNode` (hand-built graphs), `guard_tools` +
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Send
+from typing_extensions import TypedDict
 
 from loop_guard import (
     GUARD_NAME,
@@ -203,24 +206,19 @@ def test_a_stuck_worker_is_stopped_alone(face: Face, mode: Mode) -> None:
     works on (it is not stopped, nothing escapes the parent), and the next request on
     the thread goes the same way. The two agents' events are two conversations.
 
-    Through the handler the worker's stop ends the whole run: the handler can only
-    refuse the worker's next model call (`LoopGuardAbort`), so the supervisor is not
-    run again; but it is the worker's stop, and the next request is guarded afresh.
+    Through the handler too: it ends the worker's subgraph at its stop, in place of the
+    worker's next model call (it used to raise `LoopGuardAbort` out of the parent).
     """
     guarded = Guarded(face)
     parent, runs = siblings(guarded, supervisor_script(), stuck(), back_to_supervisor=True)
     for request in (1, 2):
         since = len(guarded.events)
-        if face == "handler":
-            with pytest.raises(LoopGuardAbort, match="read_file"):
-                guarded.run(parent, f"request-{request}", mode)
-        else:
-            messages = guarded.run(parent, f"request-{request}", mode)
-            assert isinstance(messages[-1], AIMessage)
-            assert messages[-1].content == "supervisor done"  # not a stop
-            assert len(stops(this_request(messages))) == 1  # the worker's
-            assert_valid_history(messages)
-            assert runs.counts["job_status"] == request  # the supervisor's second turn ran
+        messages = guarded.run(parent, f"request-{request}", mode)
+        assert isinstance(messages[-1], AIMessage)
+        assert messages[-1].content == "supervisor done"  # not a stop
+        assert len(stops(this_request(messages))) == 1  # the worker's
+        assert_valid_history(messages)
+        assert runs.counts["job_status"] == request  # the supervisor's second turn ran
         assert runs.counts["list_dir"] == 3 * request
         assert runs.counts["read_file"] == 4 * request
         conversations = guarded.conversations(since)
@@ -228,14 +226,12 @@ def test_a_stuck_worker_is_stopped_alone(face: Face, mode: Mode) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("face", ["middleware", "node"])
+@pytest.mark.parametrize("face", FACES)
 def test_a_worker_does_not_inherit_its_siblings_stop(face: Face, mode: Mode) -> None:
     """The supervisor is stuck and stopped; the worker that runs after it is a new
     conversation: its call runs and it answers, nothing escapes the parent, and the next
-    request on the thread goes the same way (it used to abort with no tool run).
-
-    Not through the handler: there the supervisor's stop ends the run before the worker.
-    """
+    request on the thread goes the same way (it used to abort with no tool run; through
+    the handler, the supervisor's stop used to end the run before the worker)."""
     guarded = Guarded(face)
     worker = answer_after("job_status", {"job": "j"}, "worker done")
     parent, runs = siblings(guarded, stuck(), worker, back_to_supervisor=False)
@@ -393,3 +389,62 @@ def test_a_subgraph_run_keeps_its_conversation_when_a_parent_run_ends_first() ->
     assert str(handler.conversation_of(subgraph)) == expected
     handler.end(tool_run)
     assert str(handler.conversation_of(subgraph)) == expected
+
+
+# --- a Send fan-out: branches running one guarded agent -------------------------------
+
+
+class FanOut(TypedDict):
+    """The parent's state: the tasks to fan out, and each branch's answer."""
+
+    tasks: list[str]
+    results: Annotated[list[str], operator.add]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("face", FACES)
+def test_a_stuck_send_branch_ends_alone_and_its_siblings_finish(face: Face, mode: Mode) -> None:
+    """Three `Send` branches run one guarded agent; the one whose task is stuck is
+    stopped after its own 4 runs and answers with the stop, the healthy ones answer as
+    usual, and the parent's `invoke` completes. Through the handler the stuck branch's
+    `LoopGuardAbort` used to escape the parent and fail the whole map step."""
+    guarded = Guarded(face)
+    runs = ToolRuns()
+
+    def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        task = str(messages[0].content)
+        if task == "stuck":
+            return tool_calls_message(READ)
+        return answer_after("list_dir", {"path": task}, f"{task} done")(messages, index)
+
+    agent, _ = guarded.agent(script, make_tools(runs))
+
+    def branch(state: dict[str, Any]) -> dict[str, Any]:
+        output = agent.invoke({"messages": [HumanMessage(state["task"])]})
+        return {"results": [f"{state['task']}: {output['messages'][-1].content}"]}
+
+    async def abranch(state: dict[str, Any]) -> dict[str, Any]:
+        output = await agent.ainvoke({"messages": [HumanMessage(state["task"])]})
+        return {"results": [f"{state['task']}: {output['messages'][-1].content}"]}
+
+    builder = StateGraph(FanOut)
+    builder.add_node("branch", RunnableLambda(branch, afunc=abranch))
+    fan_out = [Send("branch", {"task": task}) for task in ("a", "stuck", "b")]
+    builder.add_conditional_edges(START, lambda state: fan_out, ["branch"])
+    builder.add_edge("branch", END)
+    parent = builder.compile(checkpointer=InMemorySaver())
+    config: dict[str, Any] = {"configurable": {"thread_id": THREAD}}
+    if face == "handler":
+        config["callbacks"] = [guarded.handler]
+    payload = {"tasks": ["a", "stuck", "b"]}
+    if mode == "invoke":
+        output = parent.invoke(payload, config)
+    else:
+        output = asyncio.run(parent.ainvoke(payload, config))
+    results = dict(result.split(": ", 1) for result in output["results"])
+    assert results["a"] == "a done"
+    assert results["b"] == "b done"
+    assert results["stuck"].startswith("Stopped by loop_guard")
+    assert runs.counts["read_file"] == 4
+    assert runs.counts["list_dir"] == 2
+    assert list(guarded.conversations().values()) == [STOPPED]

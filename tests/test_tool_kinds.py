@@ -20,6 +20,7 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from loop_guard import LoopGuard, LoopGuardAbort, guard_tools
+from loop_guard._langchain import STATE_KEY
 from loop_guard.testing import ScriptedChatModel
 
 from .agents import ToolRuns
@@ -182,8 +183,12 @@ async def run(graph: Any, mode: str, config: Any = None) -> dict[str, Any]:
 
 
 def without_ids(state: dict[str, Any]) -> dict[str, Any]:
-    """The final state, message ids left out (they are fresh in every run)."""
-    return {**state, "messages": [m.model_dump(exclude={"id"}) for m in state["messages"]]}
+    """The final state, message ids left out (they are fresh in every run), and the
+    guard's record of its state, which a wrapped tool's message carries in addition."""
+    dumps = [m.model_dump(exclude={"id"}) for m in state["messages"]]
+    for dump in dumps:
+        dump.get("response_metadata", {}).pop(STATE_KEY, None)
+    return {**state, "messages": dumps}
 
 
 def tool_messages(state: dict[str, Any]) -> list[ToolMessage]:
