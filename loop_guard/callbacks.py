@@ -234,7 +234,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         answers it (a resume, a re-run)."""
         result = error_result(error)
         if result is None:
-            self._end(run_id)
+            self._release(run_id)
         else:
             self._record(run_id, None, result)
 
@@ -269,6 +269,16 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
                     claimed.add(call.key)
                     return call
         return None
+
+    def _release(self, run_id: UUID) -> None:
+        """Forget a tool run that ended without a result, and give its call back: the run
+        that answers it later (after a resume) claims it again."""
+        tracked = self._tools.get(run_id)
+        if tracked is not None:
+            session, call = tracked
+            with self._claiming:
+                self._claimed.get(session.conversation, set()).discard(call.key)
+        self._end(run_id)
 
     def _record(self, run_id: UUID, output: Any, result: Result | None) -> None:
         tracked = self._tools.pop(run_id, None)
