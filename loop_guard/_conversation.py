@@ -218,5 +218,6 @@ def session_for(
     `up_to_date`)."""
     session = guard.session(str(key))
     if key.follows_history and guard.config.enabled:
-        session.catch_up(lambda held: up_to_date(guard.engine, held, history, end))
+        tools = guard.tool_names
+        session.catch_up(lambda held: up_to_date(guard.engine, held, history, end, tools=tools))
     return session

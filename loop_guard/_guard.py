@@ -201,6 +201,17 @@ class LoopGuard:
         # Snapshots written lately, by id, with the states they were written from.
         self._snapshots: OrderedDict[int, tuple[Mapping[str, Any], RequestState]] = OrderedDict()
         self.node_attached = False  # set by `LoopGuardNode`: a graph node steers for it
+        self.tool_names: frozenset[str] | None = None  # see `add_tools`
+
+    def add_tools(self, names: Iterable[str]) -> None:
+        """Make these tools known to exist (`guard_tools` does, for the tools it wraps).
+
+        A call to a tool not known is one to a missing tool only when the tool node
+        answered it so; while no tools are known, none is (the faces that read results
+        from a history cannot tell otherwise).
+        """
+        with self._lock:
+            self.tool_names = frozenset((*(self.tool_names or ()), *names))
 
     @property
     def config(self) -> LoopGuardConfig:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast, final
 
@@ -154,6 +154,7 @@ def replay(
     observe: Observer | None = None,
     *,
     before: RequestState | None = None,
+    tools: Collection[str] | None = None,
 ) -> RequestState:
     """Rebuild a request's state from its messages, as if the guard had watched it live.
 
@@ -162,9 +163,10 @@ def replay(
     it returned; nor is a call answered by the guard). A steer is taken as delivered
     once the model was called after it or it was written into a tool result. `before`
     is the conversation's state before this request: its recent steps carry over.
+    `tools` are the names of the tools that exist, when known (see `result_of`).
     """
     state = engine.start_request(before, request_id)
-    return catch_up(engine, state, messages, observe)
+    return catch_up(engine, state, messages, observe, tools=tools)
 
 
 def catch_up(
@@ -172,6 +174,8 @@ def catch_up(
     state: RequestState,
     messages: Sequence[BaseMessage],
     observe: Observer | None = None,
+    *,
+    tools: Collection[str] | None = None,
 ) -> RequestState:
     """`state` after the batches of `messages`, as if the guard had watched them live.
 
@@ -196,7 +200,7 @@ def catch_up(
             state, verdict, checked = engine.check_call(state, call)
             decisions = (*decisions, *checked)
             if isinstance(verdict, Proceed) and not is_marked(answer, BLOCK_MARK):
-                result = result_of(answer, engine.config.normalizers(call.tool))
+                result = result_of(answer, engine.config.normalizers(call.tool), tools)
                 state, recorded = engine.record_result(state, call, result)
                 decisions = (*decisions, *recorded)
             if observe is not None and decisions:
@@ -212,6 +216,8 @@ def up_to_date(
     state: RequestState | None,
     messages: Sequence[BaseMessage],
     end: int | None = None,
+    *,
+    tools: Collection[str] | None = None,
 ) -> RequestState | None:
     """The state a conversation's history shows, when `state` is not it; else `None`.
 
@@ -231,9 +237,9 @@ def up_to_date(
             if state is None or state.request_id != message.id or state.batch or state.settled:
                 # A new request; or a state that has seen responses none of which is in
                 # this history (a fork from an earlier checkpoint): not a prefix of it.
-                return rebuild(engine, messages[:end])
+                return rebuild(engine, messages[:end], tools=tools)
             since = messages[index + 1 : end]
-            return catch_up(engine, state, since) if _news(state, since) else None
+            return catch_up(engine, state, since, tools=tools) if _news(state, since) else None
         if message.id is None and is_user_message(message):
             # Not the thread's history, where every message has an id: a model call of
             # another kind on the thread (a middleware's summarizer, say).
@@ -245,9 +251,9 @@ def up_to_date(
             and engine.declared(state, first_key(message))
         ):
             since = messages[index:end]
-            return catch_up(engine, state, since) if _news(state, since[1:]) else None
+            return catch_up(engine, state, since, tools=tools) if _news(state, since[1:]) else None
     # No request start in sight (a summary replaced it): what the state knows stands.
-    return None if state is not None else rebuild(engine, messages[:end])
+    return None if state is not None else rebuild(engine, messages[:end], tools=tools)
 
 
 def _is_response(message: BaseMessage) -> bool:
@@ -285,7 +291,9 @@ def _delivers_steer(message: BaseMessage) -> bool:
     return is_marked(message, STEER_MARK)
 
 
-def rebuild(engine: Engine, messages: Sequence[BaseMessage]) -> RequestState:
+def rebuild(
+    engine: Engine, messages: Sequence[BaseMessage], *, tools: Collection[str] | None = None
+) -> RequestState:
     """The state of the request a conversation's messages end in, rebuilt from them.
 
     Only the request is replayed; the batches just before it give the recent steps
@@ -295,9 +303,10 @@ def rebuild(engine: Engine, messages: Sequence[BaseMessage]) -> RequestState:
     recorded = _newest_record(request, request_id)
     if recorded is not None:
         response, state = recorded
-        return catch_up(engine, state, request[response:])
+        return catch_up(engine, state, request[response:], tools=tools)
     start = len(messages) - len(request)
-    return replay(engine, request_id, request, before=_recent_steps(engine, messages[:start]))
+    before = _recent_steps(engine, messages[:start], tools)
+    return replay(engine, request_id, request, before=before, tools=tools)
 
 
 def _newest_record(
@@ -328,7 +337,9 @@ def _newest_record(
     return None
 
 
-def _recent_steps(engine: Engine, earlier: Sequence[BaseMessage]) -> RequestState | None:
+def _recent_steps(
+    engine: Engine, earlier: Sequence[BaseMessage], tools: Collection[str] | None
+) -> RequestState | None:
     """A state holding the last `engine.memory` steps counted in `earlier` messages.
 
     Each batch is replayed alone, as its own request: only the step it counts matters.
@@ -346,7 +357,7 @@ def _recent_steps(engine: Engine, earlier: Sequence[BaseMessage]) -> RequestStat
         starts = [i for i, m in enumerate(window) if isinstance(m, AIMessage) and m.tool_calls]
         state = None
         for start, end in itertools.pairwise([*starts, len(window)]):
-            state = replay(engine, None, window[start:end], before=state)
+            state = replay(engine, None, window[start:end], before=state, tools=tools)
         if first == 0 or (state is not None and len(state.recent) >= engine.memory):
             return state
         wanted *= 2

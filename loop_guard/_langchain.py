@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
@@ -175,9 +174,13 @@ def answers_to(calls: Sequence[Call], answers: Sequence[BaseMessage]) -> list[To
 
 
 def results_of(
-    guard: LoopGuard, session: Session, answered: Iterable[tuple[Call, ToolMessage]]
+    guard: LoopGuard,
+    session: Session,
+    answered: Iterable[tuple[Call, ToolMessage]],
+    tools: Collection[str] | None = None,
 ) -> list[tuple[Call, Result]]:
-    """Each answered call with its `Result`, read with its tool's normalizers.
+    """Each answered call with its `Result`, read with its tool's normalizers (`tools`:
+    as for `result_of`).
 
     An answer that cannot be read (a normalizer that raises) is reported and left out,
     so that the rest of its batch is still recorded.
@@ -185,18 +188,22 @@ def results_of(
     results = []
     for call, answer in answered:
         try:
-            results.append((call, result_of(answer, guard.config.normalizers(call.tool))))
+            results.append((call, result_of(answer, guard.config.normalizers(call.tool), tools)))
         except Exception as error:  # a fault of the guard's configuration: this call only
             guard.report_fault(session.conversation, error)
     return results
 
 
-def result_of(output: Any, normalizers: Sequence[Normalizer] = ()) -> Result:
+def result_of(
+    output: Any, normalizers: Sequence[Normalizer] = (), tools: Collection[str] | None = None
+) -> Result:
     """The engine's `Result` for what a tool produced.
 
     A `ToolMessage` (what agents see), a `Command` (its tool message), or a raw return
     value (a tool invoked without a tool call). `normalizers` rewrite the result's
-    text before it is fingerprinted (`LoopGuardConfig.normalizers`).
+    text before it is fingerprinted (`LoopGuardConfig.normalizers`). `tools` are the
+    names of the tools that exist, when the caller knows them: only then can a result
+    be the tool node's answer to a call naming none of them (see `_available_tools`).
     """
     if isinstance(output, ToolMessage):
         is_error = output.status == "error"
@@ -208,14 +215,14 @@ def result_of(output: Any, normalizers: Sequence[Normalizer] = ()) -> Result:
             # The id the model gave the call is no part of what happened: an answer that
             # quotes it (a human's rejection does) is the same answer for every call.
             content = content.replace(output.tool_call_id, "<tool_call_id>")
-        available = _available_tools(content) if is_error else None
+        available = _available_tools(output, tools) if is_error else None
         return Result.of(
             _normalized(content, normalizers), is_error=is_error, available_tools=available
         )
     if isinstance(output, Command):
         message = tool_message_of(output)
         if message is not None:
-            return result_of(message, normalizers)
+            return result_of(message, normalizers, tools)
         return Result.of({"command": repr(output.update), "goto": repr(output.goto)})
     return Result.of(_normalized(output, normalizers))
 
@@ -259,23 +266,25 @@ def duplicate_of(
     )
 
 
-# The tool node's answer to a call naming a tool it does not have.
-_UNKNOWN_TOOL = re.compile(
-    re.escape(INVALID_TOOL_NAME_ERROR_TEMPLATE)
-    .replace(re.escape("{requested_tool}"), ".*?")
-    .replace(re.escape("{available_tools}"), "(?P<tools>.*)"),
-    re.DOTALL,
-)
+# How the tool node's answer to a call naming a tool it does not have begins.
+_UNKNOWN_TOOL_OPENING = INVALID_TOOL_NAME_ERROR_TEMPLATE.partition("{available_tools}")[0]
 
 
-def _available_tools(content: Any) -> tuple[str, ...] | None:
-    """The tools listed by the tool node's "not a valid tool" error, if it is one."""
-    if not isinstance(content, str):
+def _available_tools(message: ToolMessage, tools: Collection[str] | None) -> tuple[str, ...] | None:
+    """The tools that exist, when this error answers a call naming none of them.
+
+    Told by the call's name (the tool node names its answer after the call): it is none
+    of `tools`. The text only confirms that the tool node wrote the answer; it never
+    says which tools exist, since a tool's error can say anything (a fetched page
+    quoting the tool node's words, say). Without `tools` no call counts as one to a
+    missing tool: it is an erroring call like any other.
+    """
+    name = message.name
+    if tools is None or not name or name in tools or not isinstance(message.content, str):
         return None
-    match = _UNKNOWN_TOOL.fullmatch(content)
-    if match is None:
+    if not message.content.startswith(_UNKNOWN_TOOL_OPENING.format(requested_tool=name)):
         return None
-    return tuple(name for name in match["tools"].split(", ") if name)
+    return tuple(sorted(tools))  # one order, whatever order the names came in
 
 
 def _normalized(content: Any, normalizers: Sequence[Normalizer]) -> Any:
@@ -427,3 +436,20 @@ def messages_of(state: Any, key: str = "messages") -> Sequence[BaseMessage]:
 def is_marked(message: BaseMessage, mark: str) -> bool:
     """Whether the guard marked this message (`BLOCK_MARK` or `STEER_MARK`)."""
     return message.response_metadata.get("loop_guard") == mark
+
+
+def tool_names(tools: Iterable[Any]) -> frozenset[str]:
+    """The names of the tools a model request offers: tools, and tools as provider dicts
+    (`{"name": ...}` or OpenAI's `{"function": {"name": ...}}`)."""
+    names = set()
+    for given in tools:
+        if isinstance(given, Mapping):
+            function = given.get("function")
+            name = given.get("name") or (
+                function.get("name") if isinstance(function, Mapping) else None
+            )
+        else:
+            name = getattr(given, "name", None)
+        if isinstance(name, str) and name:
+            names.add(name)
+    return frozenset(names)

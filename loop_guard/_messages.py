@@ -6,6 +6,9 @@ what to do instead); stop texts go to the user (why the request ended).
 
 from __future__ import annotations
 
+import json
+import re
+
 GUARD_NAME = "loop_guard"
 """The `name` of every message the guard inserts, so it is recognisable in a history."""
 
@@ -13,7 +16,7 @@ GUARD_NAME = "loop_guard"
 def steer_text(tool: str, streak: int) -> str:
     """The steer message the model sees once per streak, before its next call."""
     return (
-        f"LOOP GUARD: you have called `{tool}` {streak} times in a row with the same "
+        f"LOOP GUARD: you have called {_code(tool)} {streak} times in a row with the same "
         "arguments and got the same result every time. Repeating it will not change the "
         "result. Stop repeating this call: change your approach (different arguments or a "
         "different tool), or give your final answer with what you already have."
@@ -38,13 +41,13 @@ def withheld_text(tool: str, block_message: str) -> str:
     """
     opening = _blocked(tool)
     reason = block_message.removeprefix(opening) if block_message.startswith(opening) else ""
-    return f"LOOP GUARD: the result of this `{tool}` call is withheld.{reason}"
+    return f"LOOP GUARD: the result of this {_code(tool)} call is withheld.{reason}"
 
 
 def withheld_after_stop_text(tool: str) -> str:
     """The result of a call that ran after the request had been stopped."""
     return (
-        f"LOOP GUARD: the result of this `{tool}` call is withheld, because the request was "
+        f"LOOP GUARD: the result of this {_code(tool)} call is withheld, because the request was "
         "stopped by the loop guard."
     )
 
@@ -57,7 +60,7 @@ def not_run_text() -> str:
 def abort_text(tool: str, blocks: int) -> str:
     """The final message to the user when the request is aborted."""
     return (
-        f"Stopped by loop_guard: the agent kept calling `{tool}` with the same arguments "
+        f"Stopped by loop_guard: the agent kept calling {_code(tool)} with the same arguments "
         f"and getting the same result, and ignored {blocks} blocked attempts. The request "
         "was ended to avoid wasting further calls; try rephrasing it or check the tool."
     )
@@ -66,7 +69,7 @@ def abort_text(tool: str, blocks: int) -> str:
 def terminate_text(tool: str) -> str:
     """The final message to the user when a fully blocked batch ends the request."""
     return (
-        f"Stopped by loop_guard: the agent repeated `{tool}` with the same arguments and "
+        f"Stopped by loop_guard: the agent repeated {_code(tool)} with the same arguments and "
         "the same result, so the repeated call was blocked and the request ended."
     )
 
@@ -93,7 +96,7 @@ def cycle_block_text(tool: str, tools: list[str], laps: int) -> str:
 def interleaved_steer_text(tool: str, count: int, window: int) -> str:
     """The steer message for a call that keeps coming back between other calls."""
     return (
-        f"LOOP GUARD: you have made this exact `{tool}` call {count} times within your last "
+        f"LOOP GUARD: you have made this exact {_code(tool)} call {count} times within your last "
         f"{window} tool calls and got the same result every time. Calling it again will "
         "not change the result. Use the result you already have, fix what makes it fail, "
         "or try a different approach."
@@ -103,7 +106,7 @@ def interleaved_steer_text(tool: str, count: int, window: int) -> str:
 def returned_steer_text(tool: str, streak: int) -> str:
     """The second steer, when the model goes back to a call it was steered away from."""
     return (
-        f"LOOP GUARD: you were already told to stop calling `{tool}` with these arguments, "
+        f"LOOP GUARD: you were already told to stop calling {_code(tool)} with these arguments, "
         f"and you came back to it ({streak} times now, same result every time). If you "
         "call it again right away with the same arguments, the call will be refused. "
         "Change your approach, or give your final answer."
@@ -113,7 +116,7 @@ def returned_steer_text(tool: str, streak: int) -> str:
 def unknown_tool_steer_text(tool: str, available: tuple[str, ...], count: int) -> str:
     """The steer message for repeated calls to a tool that does not exist."""
     return (
-        f"LOOP GUARD: there is no tool named `{tool}`; you have called it {count} times. "
+        f"LOOP GUARD: there is no tool named {_code(tool)}; you have called it {count} times. "
         f"The tools you can call are: {_names(available)}. Use one of them, or give your "
         "final answer."
     )
@@ -122,7 +125,7 @@ def unknown_tool_steer_text(tool: str, available: tuple[str, ...], count: int) -
 def unknown_tool_block_text(tool: str, available: tuple[str, ...], count: int) -> str:
     """The error result of another call to a tool that does not exist."""
     return (
-        f"LOOP GUARD: this call was blocked: there is no tool named `{tool}` and you have "
+        f"LOOP GUARD: this call was blocked: there is no tool named {_code(tool)} and you have "
         f"called it {count} times. The tools you can call are: {_names(available)}."
     )
 
@@ -140,9 +143,9 @@ def backstop_block_text(tool: str, count: int) -> str:
 def same_error_steer_text(tool: str) -> str:
     """The steer message for a tool that fails the same way whatever its args."""
     return (
-        f"LOOP GUARD: `{tool}` keeps returning the identical error although you changed "
+        f"LOOP GUARD: {_code(tool)} keeps returning the identical error although you changed "
         "its arguments: it is failing whatever you pass it, so other arguments will not "
-        f"help. Stop calling `{tool}`: fix what the error names, use another tool or "
+        f"help. Stop calling {_code(tool)}: fix what the error names, use another tool or "
         "approach, or give your final answer and say that the tool is failing."
     )
 
@@ -150,7 +153,7 @@ def same_error_steer_text(tool: str) -> str:
 def same_error_returned_steer_text(tool: str) -> str:
     """The second steer, when the model goes back to a tool it was told is broken."""
     return (
-        f"LOOP GUARD: you were already told that `{tool}` is failing whatever its "
+        f"LOOP GUARD: you were already told that {_code(tool)} is failing whatever its "
         "arguments, and it returned the identical error again. If you call it again right "
         "away, with any arguments, the call will be refused. Use another tool or approach, "
         "or give your final answer and say that the tool is failing."
@@ -161,7 +164,7 @@ def same_error_block_text(tool: str) -> str:
     """The error result of another call to a tool that fails whatever its args."""
     return (
         f"{_blocked(tool)} It kept returning the identical error whatever the arguments, "
-        f"also after you were told so. Do not call `{tool}` again with other arguments; use "
+        f"also after you were told so. Do not call {_code(tool)} again with other arguments; use "
         "another tool or approach, or give your final answer and say that the tool is "
         "failing."
     )
@@ -170,19 +173,38 @@ def same_error_block_text(tool: str) -> str:
 def duplicate_text(original_id: str) -> str:
     """Prefixed to the shared result of an identical sibling that did not run itself."""
     return (
-        f"LOOP GUARD: duplicate of call {original_id} in the same response; it ran once and "
+        f"LOOP GUARD: duplicate of call {_code(original_id)} in the same response; it ran once and "
         "this is its result."
     )
 
 
 def _sequence(tools: list[str]) -> str:
     if len(set(tools)) == 1:
-        return f"the same {len(tools)} `{tools[0]}` calls in turn"
-    return " -> ".join(f"`{tool}`" for tool in tools)
+        return f"the same {len(tools)} {_code(tools[0])} calls in turn"
+    return " -> ".join(_code(tool) for tool in tools)
 
 
 def _names(tools: tuple[str, ...]) -> str:
-    return ", ".join(f"`{tool}`" for tool in tools) if tools else "(none listed)"
+    if not tools:
+        return "(none listed)"
+    shown = ", ".join(_code(tool) for tool in tools[:_NAMES_SHOWN])
+    more = len(tools) - _NAMES_SHOWN
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+_NAMES_SHOWN = 20  # names of a list of tools shown
+_NAME_LENGTH = 80  # characters of a name shown
+_PLAIN_NAME = re.compile(rf"[A-Za-z0-9_.:-]{{1,{_NAME_LENGTH}}}")
+
+
+def _code(name: str) -> str:
+    """A name the model chose or a tool reported, quoted as data: as it is when it is a
+    plain identifier, else JSON-escaped and cut to `_NAME_LENGTH` characters, with no
+    backtick that could close the quote: never instructions in the guard's voice."""
+    if _PLAIN_NAME.fullmatch(name):
+        return f"`{name}`"
+    cut = name[:_NAME_LENGTH] + ("..." if len(name) > _NAME_LENGTH else "")
+    return "`" + json.dumps(cut).replace("`", "\\u0060") + "`"
 
 
 def _ordinal(n: int) -> str:
@@ -192,4 +214,4 @@ def _ordinal(n: int) -> str:
 
 def _blocked(tool: str) -> str:
     """The opening every block text shares (the graph node's withheld text replaces it)."""
-    return f"LOOP GUARD: this call was blocked and `{tool}` was not run."
+    return f"LOOP GUARD: this call was blocked and {_code(tool)} was not run."

@@ -155,7 +155,8 @@ class LoopGuardNode:
                     case _:
                         assert_never(verdict)
         session.serve_by_node()  # the steers of this conversation are ours
-        match session.finish(results_of(self.guard, session, unrecorded), settle=bool(calls)):
+        results = results_of(self.guard, session, unrecorded, self.guard.tool_names)
+        match session.finish(results, settle=bool(calls)):
             case Stop() as stop:
                 answered = [answer is not None for answer in paired]
                 ending = stop_messages(ai_message, answered, stop)

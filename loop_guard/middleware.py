@@ -40,6 +40,7 @@ from loop_guard._langchain import (
     results_of,
     shared_run,
     stop_messages,
+    tool_names,
 )
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer
 
@@ -284,7 +285,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         return self.after_agent(state, runtime)
 
     def _check_response(
-        self, state: LoopGuardState[ResponseT], session: Session
+        self, state: LoopGuardState[ResponseT], session: Session, tools: frozenset[str]
     ) -> list[AnyMessage] | None:
         """Decide the last reply's calls; the refusals and the stop as messages.
 
@@ -307,7 +308,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             elif answer is None and isinstance(verdict, Block):
                 answers.append(block_message(call.id, call.tool, verdict.message))
             answered.append(answer is not None or isinstance(verdict, Block))
-        for call, result in results_of(self.guard, session, self_answered):
+        for call, result in results_of(self.guard, session, self_answered, tools):
             session.record_result(call, result)
         stop = session.stop
         if stop is not None:
@@ -315,10 +316,11 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         return answers
 
     def _record_results(
-        self, state: LoopGuardState[ResponseT], session: Session
+        self, state: LoopGuardState[ResponseT], session: Session, tools: frozenset[str]
     ) -> list[AnyMessage] | None:
         """Record the last batch's results; a due steer as a message (also one due from
-        calls the reply answered itself, recorded when it was decided)."""
+        calls the reply answered itself, recorded when it was decided). `tools`: the
+        names of the tools the model was offered, the tools that exist."""
         awaiting = {call.key for call in session.awaiting}
         message, answers = last_batch(state["messages"])
         if (not awaiting or message is None) and not session.steer_due:
@@ -330,7 +332,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             for call, answer in zip(calls, answers_to(calls, answers), strict=True):
                 if answer is not None and call.key in awaiting:
                     answered.append((call, answer))
-        results = results_of(self.guard, session, answered)
+        results = results_of(self.guard, session, answered, tools)
         # Settled only where the batch's response is in sight; a stop is the reply's to
         # tell (`_check_response`).
         after = session.finish(results, settle=bool(awaiting) and message is not None)
@@ -414,6 +416,8 @@ class _Turn(Generic[ResponseT]):
         self.state = cast("LoopGuardState[ResponseT]", request.state)
         snapshot = self.state.get("loop_guard")
         self.session = middleware.guard.detached(_conversation(self.state), snapshot)
+        # The tools offered to the model: a call naming none of them is to a missing tool.
+        self.tools = tool_names(request.tools)
         self.added: list[BaseMessage] = []  # what this turn adds to the history, in order
         self.replied = False  # `added` holds a reply of the model
         # What follows the last reply, applied after the result: a stop (the reply's
@@ -508,7 +512,10 @@ class _Turn(Generic[ResponseT]):
         return ExtendedModelResponse(model_response=reply, command=Command(update=update))
 
     def _decide(
-        self, hook: Callable[[LoopGuardState[ResponseT], Session], list[AnyMessage] | None]
+        self,
+        hook: Callable[
+            [LoopGuardState[ResponseT], Session, frozenset[str]], list[AnyMessage] | None
+        ],
     ) -> list[AnyMessage] | None:
         """Run one of the guard's hooks on the turn's messages and session; publish its
         decisions, once even when a middleware around this one runs the model call again
@@ -517,7 +524,7 @@ class _Turn(Generic[ResponseT]):
         if self.replied:  # the turn's messages stand for the history (see the class)
             state = cast("LoopGuardState[ResponseT]", {**state, "messages": self.added})
         try:
-            messages = hook(state, self.session)
+            messages = hook(state, self.session, self.tools)
         except Exception as error:  # a fault of the guard: the agent goes on unguarded
             self.middleware.guard.report_fault(self.session.conversation, error)
             messages = None

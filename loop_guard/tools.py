@@ -35,6 +35,7 @@ from loop_guard._langchain import (
     result_of,
     shared_run,
     tool_message_of,
+    tool_names,
 )
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Result, Stop
 
@@ -395,6 +396,7 @@ def guard_tools(
                 verbose=inner.verbose,
             )
         )
+    guard.add_tools(tool_names(wrapped))
     return wrapped
 
 

@@ -544,8 +544,10 @@ def test_the_tool_node_error_for_an_unknown_tool_is_recognised() -> None:
         requested_tool="exec", available_tools="read, write"
     )
     message = ToolMessage(text, tool_call_id="1", name="exec", status="error")
-    assert result_of(message).available_tools == ("read", "write")
-    assert result_of(message.model_copy(update={"status": "success"})).available_tools is None
+    tools = ("read", "write")
+    assert result_of(message, (), tools).available_tools == ("read", "write")
+    success = message.model_copy(update={"status": "success"})
+    assert result_of(success, (), tools).available_tools is None
 
 
 def test_unknown_tool_detection_can_be_turned_off() -> None:
