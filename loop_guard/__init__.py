@@ -95,7 +95,10 @@ def __getattr__(name: str) -> Any:
     try:
         value = getattr(importlib.import_module(f"loop_guard.{module}"), name)
     except ImportError as error:
-        if module != "middleware":
+        # Only a missing langchain module means a missing extra; any other failure (a
+        # broken dependency, a Python the code does not support) names its real cause.
+        missing = error.name if isinstance(error, ModuleNotFoundError) else None
+        if module != "middleware" or (missing or "").partition(".")[0] != "langchain":
             raise
         msg = f"{name} needs the `agents` extra: pip install 'langchain-loop-guard[agents]'"
         raise ImportError(msg) from error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import logging
 import os
@@ -343,6 +344,7 @@ def _read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str
         "ignore_tools": _parse_names,
         "tools": _parse_policies,
     }
+    _warn_misspelt(environ, parsers)
     for name, parse in parsers.items():
         variable = ENV_PREFIX + name.upper()
         raw = environ.get(variable)
@@ -353,6 +355,31 @@ def _read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str
         except ValueError as error:
             errors[name] = f"{variable}={raw!r} {error}"
     return values, errors
+
+
+_warned_misspelt: set[str] = set()  # once per name per process: guards are built often
+
+
+def _warn_misspelt(environ: Mapping[str, str], names: Iterable[str]) -> None:
+    """Log a warning for a `LOOP_GUARD_*` variable that is not a setting but close to one
+    (`LOOP_GUARD_WARN_TRESHOLD`): it would otherwise be ignored without a word. Variables
+    like no setting at all (a project's own `LOOP_GUARD_...`) are left alone."""
+    settings = [name.upper() for name in names]
+    for variable in environ:
+        if not variable.startswith(ENV_PREFIX) or variable in _warned_misspelt:
+            continue
+        given = variable[len(ENV_PREFIX) :]
+        if given in settings:
+            continue
+        close = difflib.get_close_matches(given, settings, n=1)
+        if close:
+            _warned_misspelt.add(variable)
+            logger.warning(
+                "%s is not a loop guard setting and is ignored; did you mean %s%s?",
+                variable,
+                ENV_PREFIX,
+                close[0],
+            )
 
 
 def _parse_bool(raw: str) -> bool:

@@ -4,11 +4,15 @@ Pure functions with no framework imports. `args_fingerprint` is canonical JSON, 
 order never matters; `result_fingerprint` is a streaming SHA-256 of the result's text
 and image data plus its error flag.
 
-Values JSON cannot hold are encoded as one-key tagged objects, so they can never be
-confused with plain strings of the same text:
+Values JSON cannot hold are encoded as objects whose first key is a tag (`$` and a
+name), so they can never be confused with plain strings of the same text, nor with a
+plain object, whose keys that begin with `$` are escaped with one more `$`: a model
+sending `{"$bytes": "aGk="}` as JSON is not sending `b"hi"`. Keys without a leading `$`
+(nearly all) are written as they are, so their fingerprints never change.
 
 | value | encoding |
 |---|---|
+| dict key beginning with `$` (`"$ref"`) | the key with one more `$` (`"$$ref"`) |
 | integral float (`1.0`) | the int (`1`), as in JavaScript |
 | NaN, Infinity, -Infinity | `{"$float":"nan"}`, `{"$float":"inf"}`, `{"$float":"-inf"}` |
 | tuple | a list |
@@ -75,9 +79,9 @@ def args_fingerprint(args: Any) -> str:
 # writes: the same string quoting (`encode_basestring`), `int.__repr__`, `float.__repr__`,
 # keys sorted by code point, a tuple as a list. Anything else (integral floats, which we
 # write as ints; subclasses, whose JSON the C encoder would take from the base type;
-# non-str keys, which it would turn into strings) goes to the slow path. Ints are not
-# checked: one past Python's str() digit limit makes the encoder raise, as
-# `int.__repr__` does, and the slow path tags it.
+# non-str keys, which it would turn into strings; keys beginning with `$`, which we escape)
+# goes to the slow path. Ints are not checked: one past Python's str() digit limit makes
+# the encoder raise, as `int.__repr__` does, and the slow path tags it.
 _plain = json.JSONEncoder(
     ensure_ascii=False,
     # No cycle bookkeeping: `_is_plain_json` bounds the depth, so a cycle never gets here.
@@ -125,7 +129,8 @@ def _is_plain_json(items: Iterable[Any], depth: int) -> bool:
             if depth >= MAX_DEPTH:
                 return False
             for key in item:
-                if type(key) is not str:
+                # `$` keys are escaped (see `_key`), which C `json` does not do.
+                if type(key) is not str or key[:1] == "$":
                     return False
             if not _is_plain_json(item.values(), depth + 1):
                 return False
@@ -191,7 +196,7 @@ def _encode_container(value: Any, out: list[str], depth: int, active: set[int]) 
         for index, key in enumerate(sorted(value)):
             if index:
                 out.append(",")
-            out.append(_encode_str(key))
+            out.append(_encode_str(_key(key)))
             out.append(":")
             _encode(value[key], out, depth, active)
         out.append("}")
@@ -201,6 +206,13 @@ def _encode_container(value: Any, out: list[str], depth: int, active: set[int]) 
             for key, item in value.items()
         )
         out.append('{"$map":[' + ",".join(pairs) + "]}")
+
+
+def _key(key: str) -> str:
+    """A plain object's key as written: one more `$` in front of a leading `$`, so that no
+    plain object spells a tag (tags are one `$` and a letter). The escape keeps the keys'
+    sorted order, so sorting the raw keys sorts the written ones."""
+    return "$" + key if key[:1] == "$" else key
 
 
 def _encode_other(value: Any, out: list[str], depth: int, active: set[int]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, NotRequired, cast
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, cast
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -22,7 +22,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from langgraph.typing import ContextT
-from typing_extensions import override
+from typing_extensions import NotRequired, override
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig

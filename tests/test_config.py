@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from loop_guard import LoopGuard, LoopGuardConfig
+from loop_guard import LoopGuard, LoopGuardConfig, _config
 
 
 def test_defaults_match_the_pi_extension() -> None:
@@ -165,3 +165,28 @@ def test_bad_guard_arguments_raise() -> None:
         LoopGuard(max_conversations=0)
     with pytest.raises(ValueError, match="on_event"):
         LoopGuard(on_event="print")  # type: ignore[arg-type]
+
+
+def test_a_misspelt_variable_is_named_once_with_the_closest_setting(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`LOOP_GUARD_WARN_TRESHOLD` was ignored without a word; now one warning per process
+    names it and the setting meant, however many guards are built. A variable like no
+    setting (a project's own `LOOP_GUARD_EXAMPLE_MODEL`) is left alone."""
+    from loop_guard import LoopGuardMiddleware
+
+    monkeypatch.setattr(_config, "_warned_misspelt", set(), raising=False)
+    monkeypatch.setenv("LOOP_GUARD_WARN_TRESHOLD", "2")
+    monkeypatch.setenv("LOOP_GUARD_EXAMPLE_MODEL", "gpt")
+    monkeypatch.setenv("LOOP_GUARD_BLOCK_THRESHOLD", "6")
+    with caplog.at_level(logging.WARNING, logger="loop_guard"):
+        for _ in range(3):
+            middleware = LoopGuardMiddleware()
+        LoopGuardConfig.from_env()
+    assert middleware.guard.config.warn_threshold == 3  # still ignored, as documented
+    assert middleware.guard.config.block_threshold == 6
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "LOOP_GUARD_WARN_TRESHOLD is not a loop guard setting and is ignored; "
+        "did you mean LOOP_GUARD_WARN_THRESHOLD?"
+    ]

@@ -20,7 +20,14 @@ from hypothesis import strategies as st
 
 from loop_guard import _fingerprint
 from loop_guard._fingerprint import args_fingerprint, result_fingerprint
+from loop_guard._values import Call
 
+# Keys as a model may send them, tag lookalikes and `$`-escaped lookalikes included.
+_json_keys = (
+    st.text(max_size=5)
+    | st.sampled_from(["$bytes", "$set", "$float", "$$bytes", "$", "$$", "fields", "repr"])
+    | st.text(max_size=4).map(lambda key: "$" + key)
+)
 json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -28,7 +35,7 @@ json_values = st.recursive(
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+        st.lists(children, max_size=4) | st.dictionaries(_json_keys, children, max_size=4)
     ),
     max_leaves=20,
 )
@@ -58,12 +65,34 @@ def _ints_for_integral_floats(value: Any) -> Any:
     return value
 
 
+def _unescaped(value: Any) -> Any:
+    """A parsed fingerprint of plain JSON, its escaped `$` keys taken back."""
+    if isinstance(value, dict):
+        return {(key[1:] if key[:1] == "$" else key): _unescaped(v) for key, v in value.items()}
+    if isinstance(value, list):
+        return [_unescaped(item) for item in value]
+    return value
+
+
+def _tag_keys(value: Any) -> list[str]:
+    """Keys anywhere in a parsed fingerprint that read as a tag: one `$`, then no `$`."""
+    if isinstance(value, dict):
+        found = [key for key in value if key[:1] == "$" and key[1:2] != "$"]
+        return found + [tag for item in value.values() for tag in _tag_keys(item)]
+    if isinstance(value, list):
+        return [tag for item in value for tag in _tag_keys(item)]
+    return []
+
+
 @given(json_values)
 def test_plain_json_fingerprint_is_canonical_json(value: Any) -> None:
-    """For JSON values the fingerprint is sorted, compact JSON of the same value."""
+    """For JSON values the fingerprint is sorted, compact JSON of the same value (with
+    `$` keys escaped), from which the value can be read back: no two JSON values share
+    one, and none of them contains a tag."""
     text = args_fingerprint(value)
     parsed = json.loads(text)
-    assert parsed == _ints_for_integral_floats(value)
+    assert _unescaped(parsed) == _ints_for_integral_floats(value)
+    assert _tag_keys(parsed) == []
     assert text == json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -109,6 +138,124 @@ class BrokenRepr:
         raise RuntimeError("no eq")
 
     __hash__ = object.__hash__
+
+
+class Shade(enum.Enum):
+    DARK = 1
+
+
+@dataclasses.dataclass
+class Box:
+    size: int
+
+
+def _cyclic() -> list[Any]:
+    items: list[Any] = []
+    items.append(items)
+    return items
+
+
+def _lookalike(value: Any) -> Any:
+    """The plain JSON that spells `value`'s tagged encoding, as a model could send it."""
+    return json.loads(args_fingerprint(value))
+
+
+# One typed value per tag the encoder writes.
+_TYPED = [
+    b"hi",
+    {1, 2},
+    frozenset({"a"}),
+    math.nan,
+    math.inf,
+    -math.inf,
+    datetime.datetime(2024, 1, 2, 3, 4, 5),
+    datetime.date(2024, 1, 2),
+    datetime.time(3, 4),
+    decimal.Decimal("1.50"),
+    Shade.DARK,
+    Box(1),
+    pydantic.create_model("Tagged", n=(int, ...))(n=1),
+    {1: "a"},
+    10**4300,
+    Opaque(1),
+    BrokenRepr(),
+    _cyclic(),
+]  # Not `$deep`: below MAX_DEPTH every value is the marker, a lookalike too.
+
+
+@pytest.mark.parametrize("typed", _TYPED, ids=lambda value: type(value).__name__)
+def test_plain_json_never_spells_a_tagged_value(typed: Any) -> None:
+    """`{"$bytes": "aGk="}` sent as JSON is not `b"hi"`; likewise for every tag, nested too."""
+    lookalike = _lookalike(typed)
+    assert args_fingerprint(lookalike) != args_fingerprint(typed)
+    assert args_fingerprint({"x": [lookalike]}) != args_fingerprint({"x": [typed]})
+
+
+def test_the_reported_lookalikes_are_different_args() -> None:
+    assert args_fingerprint({"$bytes": "aGk="}) != args_fingerprint(b"hi")
+    assert args_fingerprint({"$set": [1, 2]}) != args_fingerprint({1, 2})
+    assert args_fingerprint({"$float": "nan"}) != args_fingerprint(math.nan)
+    # The escape itself cannot be spelt: `$$` keys are escaped again.
+    assert args_fingerprint({"$$bytes": "aGk="}) != args_fingerprint({"$bytes": "aGk="})
+
+
+_typed_values = (
+    st.binary(max_size=6)
+    | st.frozensets(st.integers() | st.text(max_size=3), max_size=3)
+    | st.sampled_from([math.nan, math.inf, -math.inf, Shade.DARK])
+    | st.datetimes()
+    | st.dates()
+    | st.times()
+    | st.decimals(allow_nan=False)
+    | st.dictionaries(st.integers(), st.integers(), min_size=1, max_size=3)
+    | st.builds(Box, st.integers())
+)
+
+
+@given(_typed_values, json_values)
+def test_typed_values_and_their_lookalikes_never_collide(typed: Any, around: Any) -> None:
+    """Wherever it sits, a typed value and the JSON that spells its encoding differ."""
+    assert args_fingerprint([around, typed]) != args_fingerprint([around, _lookalike(typed)])
+
+
+# Canonical fingerprints (`Call.of`) computed before `$` keys were escaped: snapshots keep
+# them, so a checkpointed thread must decide the same after an upgrade.
+_PINNED = [
+    ({"path": "src/app.py"}, "d4327e004589f30313fcb9de8e01f43241a2152633a438889effd0b6d4615df1"),
+    (
+        {
+            "query": "weather in Paris",
+            "limit": 10,
+            "exact": False,
+            "score": 0.5,
+            "tags": ["a", None],
+        },
+        "93a89f616be22d8991acc5e3d98eed19b591a799f9c9cf81aad097994e165463",
+    ),
+    (
+        {"n": 1.0, "nested": {"b": [1, 2.5, {"c": "d"}], "a": "\u00e9\u2028"}},
+        "19f56c31a7d56460724011ca828ee007f0f64141e2ef64f6bb667591baef02ce",
+    ),
+    (
+        {
+            "data": b"hi",
+            "ids": {3, 1, 2},
+            "x": math.nan,
+            "when": datetime.date(2024, 1, 2),
+            "price": decimal.Decimal("1.50"),
+            1: "one",
+        },
+        "61abe4cd5838cc8849e253ac5b93843aee3e2f8329e674bce30e5106ea5dcf53",
+    ),
+    ([], "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"),
+    ("a price of $5", "6ff3774f0dda7ea5394d89ca3563c8400ad3c56071ae98141745e2d169004fe5"),
+    ({"cost": "$5", "us$": 1}, "448507db50ce2e66168adc21637539856a3480cb177d6b5c83eb0a88775a8725"),
+]
+
+
+@pytest.mark.parametrize(("args", "digest"), _PINNED)
+def test_fingerprints_of_args_without_dollar_keys_are_unchanged(args: Any, digest: str) -> None:
+    assert Call.of("tool", args).fingerprint == digest
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@
   and its types: with setuptools' default editable install (an import hook that mypy cannot
   follow) it reported `Cannot find implementation or library stub for module named
   "loop_guard"`; `package-dir` in pyproject.toml makes the editable install a path `.pth`;
-- the wheel ships `loop_guard` with its `py.typed` marker and no other top-level package.
+- the wheel ships `loop_guard` with its `py.typed` marker and no other top-level package;
+- a failing import of the middleware blames the `agents` extra only when langchain is missing.
 """
 
 from __future__ import annotations
@@ -100,3 +101,34 @@ def test_wheel_ships_the_package_typed_and_nothing_else(tmp_path: Path) -> None:
     assert tops == {"loop_guard"}, sorted(tops)
     assert "loop_guard/py.typed" in names
     assert "loop_guard/__init__.py" in names
+
+
+def _import_middleware_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make `from loop_guard import LoopGuardMiddleware` import the module again."""
+    import loop_guard
+
+    monkeypatch.delitem(sys.modules, "loop_guard.middleware", raising=False)
+    monkeypatch.delitem(vars(loop_guard), "LoopGuardMiddleware", raising=False)
+    monkeypatch.delitem(vars(loop_guard), "middleware", raising=False)
+
+
+def test_a_missing_langchain_names_the_agents_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    _import_middleware_afresh(monkeypatch)
+    for name in {"langchain"} | {name for name in sys.modules if name.startswith("langchain.")}:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it now fails
+    with pytest.raises(ImportError, match=r"needs the `agents` extra"):
+        from loop_guard import LoopGuardMiddleware  # noqa: F401
+
+
+@pytest.mark.parametrize("broken", ["langgraph.typing", "typing_extensions"])
+def test_any_other_import_error_names_its_real_cause(
+    monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    """With langchain installed, a failing import is not blamed on a missing extra (on
+    Python 3.10 `typing.NotRequired` was missing, and the error said to install langchain)."""
+    _import_middleware_afresh(monkeypatch)
+    monkeypatch.setitem(sys.modules, broken, None)
+    with pytest.raises(ImportError) as raised:
+        from loop_guard import LoopGuardMiddleware  # noqa: F401
+    assert "extra" not in str(raised.value)
+    assert raised.value.name == broken
