@@ -5,10 +5,12 @@
 # .ci/floors.py), so that a newer release of something else cannot lift one unseen.
 #   1. As a user installs it, `pip install "langchain-loop-guard[agents]"`: the demo runs.
 #   2. With every extra and the dev tools: the README's test command, the whole suite.
+# Both run on the oldest Python supported, 3.10: the oldest versions together.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 work="$(mktemp -d)"
+oldest="$(.ci/python.sh 3.10)"
 python3 -m venv "$work/uv"
 "$work/uv/bin/python" -m pip install --quiet uv
 
@@ -16,7 +18,7 @@ lowest() { # lowest VENV EXTRA...: the package and these extras at their floors,
     local venv="$1" extras
     shift
     extras="$(IFS=,; echo "$*")"
-    python3 -m venv "$venv"
+    "$oldest" -m venv "$venv"
     python3 .ci/floors.py pins "$@" > "$venv/floors.txt"
     echo "floors.sh: .[$extras] with" $(cat "$venv/floors.txt")
     "$work/uv/bin/uv" pip install --quiet --python "$venv/bin/python" \

@@ -187,5 +187,5 @@ def test_cancelling_one_sibling_leaves_the_others_their_result() -> None:
     original, cancelled, duplicate = asyncio.run(main())
     assert (original, cancelled) == ("page", "timed out")
     assert duplicate.endswith("page")
-    assert "duplicate of call c0" in duplicate
+    assert "duplicate of call `c0`" in duplicate
     assert runs == {"fetch": 1}
