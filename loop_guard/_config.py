@@ -7,6 +7,7 @@ import difflib
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -43,7 +44,14 @@ class ToolPolicy:
             to drop a field that changes on every call; applied after `volatile`.
         detect_same_error: Whether identical errors for different args mean this tool
             is broken (`LoopGuardConfig.detect_same_error`); turn it off for a tool
-            whose failures say nothing about their input (a shell's bare "exit 1").
+            whose failures say nothing about their input.
+        changes_state: Whether a successful call of this tool changes something (an
+            edit, a write, a send), so that a check repeated after it asks a new
+            question (see `changes_state`). Unset: the tool's MCP annotations, else
+            its name.
+        shell: Whether this tool runs commands whose errors are exit statuses: a
+            sweep of different commands failing alike is steered once, never blocked
+            (see `is_shell`). Unset: its name.
 
     Example:
         >>> config = LoopGuardConfig(tools={"poll_job": ToolPolicy(block_threshold=30)})
@@ -58,9 +66,11 @@ class ToolPolicy:
     volatile: bool | None = None
     normalizer: Normalizer | None = field(default=None, compare=False)
     detect_same_error: bool | None = None
+    changes_state: bool | None = None
+    shell: bool | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ignore", "ignore_errors", "volatile", "detect_same_error"):
+        for name in _POLICY_BOOLEANS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 msg = f"{name} must be a bool, got {value!r}"
@@ -220,6 +230,36 @@ class LoopGuardConfig:
             return self.detect_same_error
         return policy.detect_same_error
 
+    def changes_state(self, tool: str, hint: bool | None = None) -> bool:
+        """Whether a successful call of this tool changes something, so that a check
+        repeated after it asks a new question: the tool's policy, else `hint` (what
+        its MCP annotations say), else its name (`state_changing_name`).
+
+        Example:
+            >>> config = LoopGuardConfig(tools={"deploy_check": ToolPolicy(changes_state=False)})
+            >>> config.changes_state("write_file"), config.changes_state("deploy_check")
+            (True, False)
+            >>> config.changes_state("read_file"), config.changes_state("mcp_tool", hint=True)
+            (False, True)
+        """
+        policy = self.tools.get(tool)
+        if policy is not None and policy.changes_state is not None:
+            return policy.changes_state
+        return state_changing_name(tool) if hint is None else hint
+
+    def is_shell(self, tool: str) -> bool:
+        """Whether this tool runs commands, whose failures are exit statuses: its
+        policy's `shell`, else its name (`bash`, `run_shell_command`, `execute`).
+
+        Example:
+            >>> LoopGuardConfig().is_shell("bash"), LoopGuardConfig().is_shell("read_file")
+            (True, False)
+        """
+        policy = self.tools.get(tool)
+        if policy is not None and policy.shell is not None:
+            return policy.shell
+        return shell_name(tool)
+
     def ignores(self, tool: str, *, is_error: bool = False) -> bool:
         """Whether a step of this tool (with this error flag) is invisible to the guard."""
         policy = self.tools.get(tool)
@@ -269,6 +309,14 @@ class LoopGuardConfig:
         return resolve_config(None, {}, environ)
 
 
+_POLICY_BOOLEANS = (
+    "ignore",
+    "ignore_errors",
+    "volatile",
+    "detect_same_error",
+    "changes_state",
+    "shell",
+)
 _BOOLEANS = (
     "enabled",
     "ignore_errors",
@@ -291,6 +339,74 @@ _PI_OFF = dict.fromkeys(
     ),
     False,
 )
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Tool names say what a tool does in their words: a read verb first (`get_order`,
+# `can_send_mms`) reads, a write verb anywhere (`write_file`, `send_stdin`,
+# `toggle_airplane_mode`) changes state. Measured on the recorded traces; a policy or
+# the tool's MCP annotations win over the name.
+_READ_WORDS = _words(
+    "get read list search find view show fetch query check can is has cat ls grep glob"
+    " lookup look describe inspect status poll wait sleep count think verify validate"
+    " diff stat head tail open browse navigate screenshot print echo"
+)
+_WRITE_WORDS = _words(
+    "write edit create update delete remove rm send post put patch set apply insert move"
+    " mv rename install commit push upload replace modify add save append toggle enable"
+    " disable reset restart configure submit cancel book pay transfer change assign"
+    " deploy mkdir touch exchange refund reboot grant revoke"
+)
+_SHELL_WORDS = _words("bash sh zsh shell terminal powershell cmd command exec execute")
+_WORDS = re.compile(r"[a-z]+|[A-Z][a-z]*")
+
+
+def _name_words(tool: str) -> list[str]:
+    return [word.lower() for word in _WORDS.findall(tool)]
+
+
+def state_changing_name(tool: str) -> bool:
+    """Whether a tool's name says it changes state (see `LoopGuardConfig.changes_state`).
+
+    Example:
+        >>> [state_changing_name(n) for n in ("str_replace", "can_send_mms", "bash")]
+        [True, False, False]
+    """
+    words = _name_words(tool)
+    return bool(words) and words[0] not in _READ_WORDS and not _WRITE_WORDS.isdisjoint(words)
+
+
+def shell_name(tool: str) -> bool:
+    """Whether a tool's name says it runs commands (see `LoopGuardConfig.is_shell`).
+
+    Example:
+        >>> [shell_name(n) for n in ("run", "execute_bash", "run_speed_test")]
+        [True, True, False]
+    """
+    return tool == "run" or not _SHELL_WORDS.isdisjoint(_name_words(tool))
+
+
+def annotation_hint(metadata: object) -> bool | None:
+    """Whether a tool's MCP annotations say it changes state; `None` when they are silent.
+
+    `readOnlyHint: true` reads; `readOnlyHint: false` or `destructiveHint: true` may
+    change state (MCP's defaults are silent on both, so their absence says nothing).
+
+    Example:
+        >>> annotation_hint({"readOnlyHint": True}), annotation_hint({"destructiveHint": True})
+        (False, True)
+        >>> annotation_hint(None) is None
+        True
+    """
+    if not isinstance(metadata, Mapping):
+        return None
+    read_only = metadata.get("readOnlyHint")
+    if isinstance(read_only, bool):
+        return not read_only
+    return True if metadata.get("destructiveHint") is True else None
 
 
 def _check_threshold(name: str, value: object, minimum: int = 1) -> None:

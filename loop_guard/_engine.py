@@ -12,7 +12,7 @@ field it touches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import final
 
 from loop_guard import _messages
@@ -48,6 +48,7 @@ from loop_guard._values import (
 _STEERED_KEPT = 32  # steered steps remembered per request, for ignored-steering escalation
 _FAILING_KEPT = 32  # tools whose errors are followed per request, for same-error detection
 _SAME_ERROR_VARIANTS = 3  # different argument sets among a broken tool's identical errors
+_CHANGES_KEPT = 8  # changes remembered, to tell a new change from one re-applied
 
 _UNKNOWN_ARGS = "unknown-tool"
 """The args fingerprint of every call to a tool that does not exist: args do not matter."""
@@ -88,10 +89,11 @@ class Engine:
         'Block'
     """
 
-    __slots__ = ("_no_runs", "_periods", "config", "memory")
+    __slots__ = ("_follows_changes", "_no_runs", "_periods", "config", "hints", "memory")
 
     config: LoopGuardConfig
     memory: int
+    hints: Mapping[str, bool]
     """Counted steps remembered: enough for the interleaved window and the longest cycle."""
 
     def __init__(self, config: LoopGuardConfig) -> None:
@@ -102,6 +104,13 @@ class Engine:
             config.repeat_window if config.detect_interleaved else 1,
             config.max_cycle_period if config.detect_cycles else 1,
         )
+        # Changes matter to the detectors that look past other calls.
+        self._follows_changes = config.detect_interleaved or config.escalate_ignored
+        self.hints: Mapping[str, bool] = {}  # per tool: changes state, by its annotations
+
+    def learn(self, hints: Mapping[str, bool]) -> None:
+        """Add what tools say of themselves: whether each changes state (MCP annotations)."""
+        self.hints = {**self.hints, **hints}
 
     def start_request(self, previous: RequestState | None, request_id: str | None) -> RequestState:
         """A fresh state for a new request of a conversation (SPEC §5).
@@ -109,8 +118,14 @@ class Engine:
         Everything resets except the conversation's recent steps, which the
         interleaved-repeat detector looks back on across requests.
         """
-        recent = previous.recent if previous is not None and self.config.detect_interleaved else ()
-        return RequestState(request_id=request_id, recent=recent)
+        if previous is None or not self.config.detect_interleaved:
+            return RequestState(request_id=request_id)
+        return RequestState(
+            request_id=request_id,
+            recent=previous.recent,
+            changes=previous.changes,
+            since_change=previous.since_change,
+        )
 
     def open_batch(self, state: RequestState, calls: Sequence[Call]) -> Transition:
         """Declare the calls of one model response, in the model's order (SPEC §4).
@@ -322,6 +337,36 @@ class Engine:
         state.failing, state.steered = records, steered
         return broken
 
+    def _follow_changes(self, state: RequestState, ran: Sequence[Entry]) -> int:
+        """Note the calls of a settled batch that changed something and were not the
+        same change re-applied; returns the index in `ran` of the last one, or -1.
+
+        After a change, earlier runs of a check no longer count against its next run:
+        the interleaved detector looks only past the change, and the backstop and the
+        escalation of steered calls start again (a broken or missing tool's do not).
+        """
+        config, hints = self.config, self.hints
+        found = -1
+        for index, entry in enumerate(ran):
+            outcome = str(entry.outcome)
+            tool = entry.call.tool
+            if outcome.startswith(ERROR) or not config.changes_state(tool, hints.get(tool)):
+                continue
+            step = self._step(state, entry)
+            if step in state.changes:
+                continue
+            state.changes = (*state.changes, step)[-_CHANGES_KEPT:]
+            found = index
+        if found >= 0:
+            state.since_change = 0
+            if state.steered:
+                state.steered = tuple(
+                    entry
+                    for entry in state.steered
+                    if entry.step.args in (_SAME_ERROR_ARGS, _UNKNOWN_ARGS)
+                )
+        return found
+
     def _broken(self, record: Failing) -> bool:
         """Whether a tool's run of identical errors shows it failing whatever its args."""
         return (
@@ -445,6 +490,7 @@ class Engine:
         # Only when some tool is failing: a healthy step costs one look at its outcome.
         if config.detect_same_error and (state.failing or errors):
             broken = self._follow_errors(state, ran)
+        change = self._follow_changes(state, ran) if self._follows_changes else -1
         siblings = ran[:-1] if counts_step else ran
         if siblings and config.escalate_ignored and state.steered:
             # Each run of a call the model was steered away from counts toward its
@@ -455,6 +501,8 @@ class Engine:
         if counts_step:
             step = self._step(state, ran[-1])
             returned = self._count(state, step)
+            if change == len(ran) - 1:  # the counted step is the change: after it, new ground
+                state.since_change = 0
             steer = self._steer(state, step, ran[-1].call, returned)
         if broken:
             steer = self._steer_broken(state, broken, ran, steer)
@@ -536,6 +584,8 @@ class Engine:
             state.runs = self._no_runs
         state.recent = (*recent, step)[-self.memory :]
         state.counted += 1
+        if state.since_change >= 0:
+            state.since_change += 1
         return returned
 
     def _steer(self, state: RequestState, step: Step, call: Call, returned: bool) -> Steer | None:
@@ -588,6 +638,9 @@ class Engine:
             # is the streak's to judge, also across a user message), and not while a
             # poll in the window shows progress. Cycles escalate on their own.
             window = state.recent[-config.repeat_window :]
+            since = state.since_change
+            if 0 <= since < len(window):  # only what came after the last change counts
+                window = window[len(window) - since :]
             count = window.count(step)
             if (
                 count >= warn

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, final
 
-from loop_guard._config import LoopGuardConfig, resolve_config
+from loop_guard._config import LoopGuardConfig, annotation_hint, resolve_config
 from loop_guard._engine import Engine
 from loop_guard._siblings import SharedRuns
 from loop_guard._state import RequestState
@@ -203,15 +203,36 @@ class LoopGuard:
         self.node_attached = False  # set by `LoopGuardNode`: a graph node steers for it
         self.tool_names: frozenset[str] | None = None  # see `add_tools`
 
-    def add_tools(self, names: Iterable[str]) -> None:
-        """Make these tools known to exist (`guard_tools` does, for the tools it wraps).
+    def add_tools(self, tools: Iterable[object]) -> None:
+        """Make these tools known: names, or tool objects (`guard_tools` and the
+        middleware pass theirs).
 
         A call to a tool not known is one to a missing tool only when the tool node
         answered it so; while no tools are known, none is (the faces that read results
-        from a history cannot tell otherwise).
+        from a history cannot tell otherwise). A tool object's MCP annotations
+        (`readOnlyHint`, `destructiveHint` in its `metadata`, as
+        `langchain-mcp-adapters` sets them) say whether it changes state.
+
+        Example:
+            >>> guard = LoopGuard()
+            >>> guard.add_tools(["read_file", "write_file"])
+            >>> sorted(guard.tool_names or ())
+            ['read_file', 'write_file']
         """
+        names: list[str] = []
+        hints: dict[str, bool] = {}
+        for tool in tools:
+            name = tool if isinstance(tool, str) else getattr(tool, "name", None)
+            if not isinstance(name, str) or not name:
+                continue
+            names.append(name)
+            hint = annotation_hint(getattr(tool, "metadata", None))
+            if hint is not None:
+                hints[name] = hint
         with self._lock:
             self.tool_names = frozenset((*(self.tool_names or ()), *names))
+            if hints:
+                self.engine.learn(hints)
 
     @property
     def config(self) -> LoopGuardConfig:

@@ -97,6 +97,11 @@ class RequestState:
     unknown: tuple[str, ...] = ()  # tools found not to exist
     available: tuple[str, ...] = ()  # the tools that do, as the tool node listed them
     failing: tuple[Failing, ...] = ()
+    # Successful calls that changed something (an edit, a write, a send), newest last,
+    # and the steps counted since the newest was new: a check repeated after a change
+    # asks a new question. Both outlive a request, as `recent` does.
+    changes: tuple[Step, ...] = ()
+    since_change: int = -1  # -1: no change among the steps remembered
 
     @property
     def awaiting(self) -> tuple[Call, ...]:
@@ -168,6 +173,10 @@ class RequestState:
             snapshot["available"] = list(self.available)
         if self.failing:
             snapshot["failing"] = [[e.tool, e.error, list(e.args), e.calls] for e in self.failing]
+        if self.changes:
+            snapshot["changes"] = [list(step) for step in self.changes]
+        if self.since_change >= 0:
+            snapshot["since_change"] = self.since_change
         return snapshot
 
     @classmethod
@@ -202,6 +211,8 @@ class RequestState:
                 Failing(str(tool), str(error), tuple(args), int(calls))
                 for tool, error, args, calls in data.get("failing", ())
             ),
+            changes=tuple(map(Step._make, data.get("changes", ()))),
+            since_change=int(data.get("since_change", -1)),
         )
 
 
@@ -243,6 +254,8 @@ def clone(state: RequestState) -> RequestState:
     copy.unknown = state.unknown
     copy.available = state.available
     copy.failing = state.failing
+    copy.changes = state.changes
+    copy.since_change = state.since_change
     return copy
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, final
 
@@ -117,10 +118,27 @@ class Result:
     ) -> Result:
         """Build a result from a tool's content (text, content blocks or any value)."""
         result = _new(cls)  # as in `make_call`: a result is made on every step
+        is_error = is_error or reports_error(content)
         _set(result, "fingerprint", result_fingerprint(content, is_error=is_error))
         _set(result, "is_error", is_error)
         _set(result, "available_tools", available_tools)
         return result
+
+
+# A tool that returns its failure instead of raising it says so first: "Error: flight
+# HAT030 not available", "ERROR:\nParameter `old_str` is required".
+_REPORTED_ERROR = re.compile(r"\s*error\b\s*[:!-]", re.IGNORECASE)
+
+
+def reports_error(content: Any) -> bool:
+    """Whether a result's text opens by reporting an error (`"Error: ..."`): such a
+    result is an error result, as if the tool had raised.
+
+    Example:
+        >>> reports_error("Error: flight HAT030 not available"), reports_error("0 errors")
+        (True, False)
+    """
+    return isinstance(content, str) and _REPORTED_ERROR.match(content, 0, 64) is not None
 
 
 @final

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, cast
 
 from langchain.agents.middleware.types import (
@@ -45,6 +45,7 @@ from loop_guard._langchain import (
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer
 
 if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
     from langgraph.runtime import Runtime
 
 logger = logging.getLogger("loop_guard")
@@ -145,13 +146,14 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         self.guard = LoopGuard(config, on_event=on_event, **overrides)
         self.guard.subscribe(dispatch_event)
         self.exit_behavior = exit_behavior
+        self._tools_learned: Sequence[object] = ()
 
     @override
     def before_agent(
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
         """Start a new request: everything resets but the recent steps (SPEC §5, §8)."""
-        session = self.guard.detached(_conversation(state), state.get("loop_guard"))
+        session = self.guard.detached(_conversation(state, runtime), state.get("loop_guard"))
         session.start_request(uuid.uuid4().hex)
         return {"loop_guard": session.snapshot()}
 
@@ -223,7 +225,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         Raised here, after the history was completed, so the thread stays valid. The
         run's memory of published events (see `LoopGuard.detached`) is released.
         """
-        conversation = _conversation(state)
+        conversation = _conversation(state, runtime)
         self.guard.end_request(conversation)
         if self.exit_behavior == "error":
             stop = self.guard.detached(conversation, state.get("loop_guard")).stop
@@ -340,6 +342,13 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             return []
         return [HumanMessage(content=after.message, name=_messages.GUARD_NAME)]
 
+    def _learn(self, tools: Sequence[object]) -> None:
+        """Tell the guard what the offered tools say of themselves (MCP annotations),
+        once per list of tools: an agent offers the same list at every model call."""
+        if tools is not self._tools_learned:
+            self.guard.add_tools((*tool_names(tools), *tools))  # provider dicts by name
+            self._tools_learned = tools
+
     def _sharing(self, request: ToolCallRequest) -> tuple[str, Call, Sequence[Call]] | None:
         """The conversation, the call and its siblings when identical siblings may share."""
         if not self.guard.config.dedupe_siblings:
@@ -349,7 +358,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             if placed is None:
                 return None
             siblings, position = placed
-            return _conversation(request.state), siblings[position], siblings
+            return _conversation(request.state, request.runtime), siblings[position], siblings
         except Exception as error:  # a fault of the guard: this call runs unshared
             self.guard.report_fault(None, error)
             return None
@@ -365,7 +374,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             snapshot = request.state.get("loop_guard")
             if not self.guard._refuses_any(snapshot):
                 return None  # the common case: nothing of the reply was refused
-            session = self.guard.detached(_conversation(request.state), snapshot)
+            session = self.guard.detached(_conversation(request.state, request.runtime), snapshot)
             placed = _placed(request)
             if placed is None:
                 return None
@@ -390,9 +399,27 @@ def _placed(request: ToolCallRequest) -> tuple[Sequence[Call], int] | None:
     return None if position is None else (calls_of(message), position)
 
 
-def _conversation(state: LoopGuardState[Any]) -> str:
+def _config_of(runtime: object) -> RunnableConfig | None:
+    """The run's config: a tool's runtime holds it; a hook's context has it, except in
+    an async hook on Python 3.10 (no context in tasks), where the runtime's execution
+    info names the thread."""
+    config = getattr(runtime, "config", None)
+    if isinstance(config, Mapping):
+        return cast("RunnableConfig", config)
+    try:
+        return get_config()
+    except RuntimeError:
+        info = getattr(runtime, "execution_info", None)
+        thread = getattr(info, "thread_id", None)
+        if thread is None:
+            return None
+        namespace = getattr(info, "checkpoint_ns", "")
+        return {"configurable": {"thread_id": thread, "checkpoint_ns": namespace}}
+
+
+def _conversation(state: LoopGuardState[Any], runtime: object) -> str:
     """The thread (narrowed to the agent's graph) when there is one, else this request."""
-    key = thread_of(get_config())
+    key = thread_of(_config_of(runtime))
     if key is None:
         key = ConversationKey("request", str((state.get("loop_guard") or {}).get("request_id")))
     return str(key)
@@ -415,9 +442,12 @@ class _Turn(Generic[ResponseT]):
         self.request = request
         self.state = cast("LoopGuardState[ResponseT]", request.state)
         snapshot = self.state.get("loop_guard")
-        self.session = middleware.guard.detached(_conversation(self.state), snapshot)
+        self.session = middleware.guard.detached(
+            _conversation(self.state, request.runtime), snapshot
+        )
         # The tools offered to the model: a call naming none of them is to a missing tool.
         self.tools = tool_names(request.tools)
+        middleware._learn(request.tools)
         self.added: list[BaseMessage] = []  # what this turn adds to the history, in order
         self.replied = False  # `added` holds a reply of the model
         # What follows the last reply, applied after the result: a stop (the reply's

@@ -35,7 +35,6 @@ from loop_guard._langchain import (
     result_of,
     shared_run,
     tool_message_of,
-    tool_names,
 )
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Result, Stop
 
@@ -396,7 +395,7 @@ def guard_tools(
                 verbose=inner.verbose,
             )
         )
-    guard.add_tools(tool_names(wrapped))
+    guard.add_tools(wrapped)
     return wrapped
 
 
