@@ -49,6 +49,7 @@ _STEERED_KEPT = 32  # steered steps remembered per request, for ignored-steering
 _FAILING_KEPT = 32  # tools whose errors are followed per request, for same-error detection
 _SAME_ERROR_VARIANTS = 3  # different argument sets among a broken tool's identical errors
 _CHANGES_KEPT = 8  # changes remembered, to tell a new change from one re-applied
+TURNS_KEPT = 4  # earlier user turns whose steps are remembered, for repeats across turns
 
 _UNKNOWN_ARGS = "unknown-tool"
 """The args fingerprint of every call to a tool that does not exist: args do not matter."""
@@ -115,17 +116,16 @@ class Engine:
     def start_request(self, previous: RequestState | None, request_id: str | None) -> RequestState:
         """A fresh state for a new request of a conversation (SPEC §5).
 
-        Everything resets except the conversation's recent steps, which the
-        interleaved-repeat detector looks back on across requests.
+        Everything resets except what the detectors beyond Pi look back on: the steps
+        each earlier turn counted (repeats across user turns) and the changes made.
         """
         if previous is None or not self.config.detect_interleaved:
             return RequestState(request_id=request_id)
-        return RequestState(
-            request_id=request_id,
-            recent=previous.recent,
-            changes=previous.changes,
-            since_change=previous.since_change,
-        )
+        turns = previous.turns
+        steps = _turn_steps(previous)
+        if steps:  # a turn that ran no tool says nothing about repeats
+            turns = (*turns, steps)[-TURNS_KEPT:]
+        return RequestState(request_id=request_id, changes=previous.changes, turns=turns)
 
     def open_batch(self, state: RequestState, calls: Sequence[Call]) -> Transition:
         """Declare the calls of one model response, in the model's order (SPEC §4).
@@ -358,7 +358,7 @@ class Engine:
             state.changes = (*state.changes, step)[-_CHANGES_KEPT:]
             found = index
         if found >= 0:
-            state.since_change = 0
+            state.since_change, state.turns = 0, ()
             if state.steered:
                 state.steered = tuple(
                     entry
@@ -634,26 +634,30 @@ class Engine:
                     )
                 state.cycle_warned = True
         elif config.detect_interleaved:
-            # Only when other steps came between the occurrences (a plain run of repeats
-            # is the streak's to judge, also across a user message), and not while a
-            # poll in the window shows progress. Cycles escalate on their own.
-            window = state.recent[-config.repeat_window :]
-            since = state.since_change
-            if 0 <= since < len(window):  # only what came after the last change counts
-                window = window[len(window) - since :]
+            # Within the request, only when other steps came between the occurrences (a
+            # plain run of repeats is the streak's to judge); each of the last user turns
+            # that made the same call counts once, whatever came between. Never
+            # while a poll in the window shows progress; cycles escalate on their own.
+            window = _window(state, config.repeat_window)
             count = window.count(step)
+            turns = _turns_with(state.turns, step) + 1 if state.turns else 0
+            within = count >= warn and count > _trailing_run(window)
             if (
-                count >= warn
-                and count > _trailing_run(window)
+                (within or turns >= warn)
                 and all(entry.step != step for entry in state.steered)
                 and not _progressing(window)
             ):
-                text = _messages.interleaved_steer_text(step.tool, count, config.repeat_window)
-                steer = Steer(call=call, message=text, streak=count, reason="interleaved")
+                text = (
+                    _messages.interleaved_steer_text(step.tool, count, config.repeat_window)
+                    if within
+                    else _messages.across_turns_steer_text(step.tool, turns)
+                )
+                steer = Steer(
+                    call=call, message=text, streak=max(count, turns), reason="interleaved"
+                )
                 # Level 0: a return does not resume a streak; the backstop bounds it,
-                # counting the runs of this request only (the window outlives it).
-                seen = window[-state.counted :].count(step)
-                state.steered = _remember(state.steered, step, 0, again=True, seen=seen)
+                # counting the runs of this request.
+                state.steered = _remember(state.steered, step, 0, again=True, seen=count)
         if steer is not None:
             state.steer = steer
         return steer
@@ -701,6 +705,24 @@ def _latest_entry(state: RequestState, key: str) -> Entry | None:
         if index >= 0:
             return entries[index]
     return None
+
+
+def _window(state: RequestState, size: int) -> tuple[Step, ...]:
+    """The last `size` steps counted in this request since its last new change."""
+    limit = min(size, state.counted)
+    if state.since_change >= 0:
+        limit = min(limit, state.since_change)
+    return state.recent[len(state.recent) - limit :] if limit else ()
+
+
+def _turn_steps(state: RequestState) -> tuple[Step, ...]:
+    """The distinct steps a finished request counted since its last new change."""
+    return tuple(dict.fromkeys(_window(state, len(state.recent))))
+
+
+def _turns_with(turns: tuple[tuple[Step, ...], ...], step: Step) -> int:
+    """How many of the remembered earlier turns counted `step`."""
+    return sum(step in turn for turn in turns)
 
 
 def _trailing_run(steps: tuple[Step, ...]) -> int:

@@ -103,6 +103,16 @@ def interleaved_steer_text(tool: str, count: int, window: int) -> str:
     )
 
 
+def across_turns_steer_text(tool: str, turns: int) -> str:
+    """The steer message for a call that comes back in one user turn after another."""
+    return (
+        f"LOOP GUARD: you have made this exact {_code(tool)} call in {turns} of your last "
+        "turns and got the same result every time. Calling it again will not "
+        "change the result. Use the result you already have, fix what makes it fail, or "
+        "try a different approach."
+    )
+
+
 def returned_steer_text(tool: str, streak: int) -> str:
     """The second steer, when the model goes back to a call it was steered away from."""
     return (

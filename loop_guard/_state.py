@@ -85,8 +85,8 @@ class RequestState:
     batch: tuple[Entry, ...] = ()
     batch_explicit: bool = False
     settled: tuple[Entry, ...] = ()  # the last settled batch: late siblings ask it
-    # Beyond Pi (SPEC §8). `recent` is the only memory that outlives a request: the
-    # last counted steps of the conversation, for interleaved repeats.
+    # Beyond Pi (SPEC §8): the last counted steps of the request, for cycles and
+    # interleaved repeats.
     recent: tuple[Step, ...] = ()
     counted: int = 0  # steps counted in this request
     runs: tuple[int, ...] = ()  # per cycle period 2, 3, ...: steps matching one period back
@@ -97,11 +97,14 @@ class RequestState:
     unknown: tuple[str, ...] = ()  # tools found not to exist
     available: tuple[str, ...] = ()  # the tools that do, as the tool node listed them
     failing: tuple[Failing, ...] = ()
-    # Successful calls that changed something (an edit, a write, a send), newest last,
-    # and the steps counted since the newest was new: a check repeated after a change
-    # asks a new question. Both outlive a request, as `recent` does.
+    # Successful calls that changed something (an edit, a write, a send), newest last
+    # (they outlive a request), and the steps counted since the newest was new in this
+    # request: a check repeated after a change asks a new question.
     changes: tuple[Step, ...] = ()
-    since_change: int = -1  # -1: no change among the steps remembered
+    since_change: int = -1  # -1: no new change in this request
+    # What each of the last requests counted since its last change, newest last: a call
+    # and result met in several user turns is a repeat, each turn counting once.
+    turns: tuple[tuple[Step, ...], ...] = ()
 
     @property
     def awaiting(self) -> tuple[Call, ...]:
@@ -177,6 +180,8 @@ class RequestState:
             snapshot["changes"] = [list(step) for step in self.changes]
         if self.since_change >= 0:
             snapshot["since_change"] = self.since_change
+        if self.turns:
+            snapshot["turns"] = [[list(step) for step in turn] for turn in self.turns]
         return snapshot
 
     @classmethod
@@ -213,6 +218,7 @@ class RequestState:
             ),
             changes=tuple(map(Step._make, data.get("changes", ()))),
             since_change=int(data.get("since_change", -1)),
+            turns=tuple(tuple(map(Step._make, turn)) for turn in data.get("turns", ())),
         )
 
 
@@ -256,6 +262,7 @@ def clone(state: RequestState) -> RequestState:
     copy.failing = state.failing
     copy.changes = state.changes
     copy.since_change = state.since_change
+    copy.turns = state.turns
     return copy
 
 
