@@ -40,7 +40,13 @@ if TYPE_CHECKING:
     from loop_guard._langchain import BLOCK_MARK, DUPLICATE_MARK, STEER_MARK
     from loop_guard.callbacks import LoopGuardCallbackHandler
     from loop_guard.graph import LoopGuardNode
-    from loop_guard.middleware import ExitBehavior, LoopGuardMiddleware, LoopGuardState
+    from loop_guard.middleware import (
+        ExitBehavior,
+        LoopGuardMiddleware,
+        LoopGuardState,
+        aupgrade_thread,
+        upgrade_thread,
+    )
     from loop_guard.tools import guard_tools
 
 __all__ = [
@@ -69,8 +75,10 @@ __all__ = [
     "Stop",
     "StopKind",
     "ToolPolicy",
+    "aupgrade_thread",
     "guard_tools",
     "normalize_volatile",
+    "upgrade_thread",
 ]
 
 # Adapter names and the module each lives in: imported on first use (PEP 562).
@@ -84,6 +92,8 @@ _ADAPTERS = {
     "ExitBehavior": "middleware",
     "LoopGuardMiddleware": "middleware",
     "LoopGuardState": "middleware",
+    "upgrade_thread": "middleware",
+    "aupgrade_thread": "middleware",
 }
 
 

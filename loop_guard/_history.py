@@ -8,7 +8,6 @@ replaying the history through the engine, which decides alike every time.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -17,7 +16,7 @@ from typing import cast, final
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from loop_guard._engine import Engine
+from loop_guard._engine import TURNS_KEPT, Engine
 from loop_guard._langchain import (
     BLOCK_MARK,
     STATE_KEY,
@@ -162,7 +161,7 @@ def replay(
     blocks that were made (a call it blocks is not counted, whatever the history says
     it returned; nor is a call answered by the guard). A steer is taken as delivered
     once the model was called after it or it was written into a tool result. `before`
-    is the conversation's state before this request: its recent steps carry over.
+    is the conversation's state before this request: what its turns counted carries over.
     `tools` are the names of the tools that exist, when known (see `result_of`).
     """
     state = engine.start_request(before, request_id)
@@ -296,8 +295,9 @@ def rebuild(
 ) -> RequestState:
     """The state of the request a conversation's messages end in, rebuilt from them.
 
-    Only the request is replayed; the batches just before it give the recent steps
-    that outlive a request, so the cost stays flat however long the thread is.
+    Only the request is replayed, and the last responses of the requests just before it
+    give what outlives a request (`_earlier_turns`), so the cost stays flat however long
+    the thread is.
     """
     request_id, request = current_request(messages)
     recorded = _newest_record(request, request_id)
@@ -305,7 +305,7 @@ def rebuild(
         response, state = recorded
         return catch_up(engine, state, request[response:], tools=tools)
     start = len(messages) - len(request)
-    before = _recent_steps(engine, messages[:start], tools)
+    before = _earlier_turns(engine, messages[:start], tools)
     return replay(engine, request_id, request, before=before, tools=tools)
 
 
@@ -337,27 +337,50 @@ def _newest_record(
     return None
 
 
-def _recent_steps(
+def _earlier_turns(
     engine: Engine, earlier: Sequence[BaseMessage], tools: Collection[str] | None
 ) -> RequestState | None:
-    """A state holding the last `engine.memory` steps counted in `earlier` messages.
+    """A state as the `earlier` requests left the conversation: what each of the last
+    `TURNS_KEPT` that ran tools counted (repeats across user turns, `RequestState.turns`)
+    and the changes made.
 
-    Each batch is replayed alone, as its own request: only the step it counts matters.
-    Some batches count none (blocked, ignored), so the look back widens until enough
-    steps are found or the history starts.
+    Each request is replayed from its last `engine.memory` responses, as the request it
+    was: the steps a turn remembers are among its last counted ones, so the cost stays
+    flat however long the thread is.
     """
-    wanted, first = engine.memory, len(earlier)
+    if not engine.config.detect_interleaved:
+        return None
+    requests: list[Sequence[BaseMessage]] = []
+    end = index = len(earlier)
+    while index > 0 and len(requests) < TURNS_KEPT:
+        index -= 1
+        if index == 0 or begins_request(earlier, index, end):
+            if any(isinstance(m, AIMessage) and m.tool_calls for m in earlier[index:end]):
+                requests.append(earlier[index:end])
+            end = index
+    state = None
+    for request in reversed(requests):
+        state = _replay_tail(engine, request, state, tools)
+    return state
+
+
+def _replay_tail(
+    engine: Engine,
+    request: Sequence[BaseMessage],
+    before: RequestState | None,
+    tools: Collection[str] | None,
+) -> RequestState:
+    """A finished request replayed from enough of its last responses to count its last
+    `engine.memory` steps: some responses count none (blocked, ignored), so the look
+    back widens until they are found or the request starts."""
+    wanted = engine.memory
     while True:
-        found = 0
-        while first > 0 and found < wanted:
-            first -= 1
-            message = earlier[first]
+        start, found = len(request), 0
+        while start > 0 and found < wanted:
+            start -= 1
+            message = request[start]
             found += isinstance(message, AIMessage) and bool(message.tool_calls)
-        window = earlier[first:]
-        starts = [i for i, m in enumerate(window) if isinstance(m, AIMessage) and m.tool_calls]
-        state = None
-        for start, end in itertools.pairwise([*starts, len(window)]):
-            state = replay(engine, None, window[start:end], before=state, tools=tools)
-        if first == 0 or (state is not None and len(state.recent) >= engine.memory):
+        state = replay(engine, None, request[start:], before=before, tools=tools)
+        if start == 0 or state.counted >= engine.memory:
             return state
         wanted *= 2

@@ -138,6 +138,22 @@ def keys_of(message: AIMessage) -> list[str]:
     return [call.key for call in calls_of(message)]
 
 
+def call_keys(messages: Sequence[BaseMessage]) -> dict[str, str]:
+    """The key of each call of the last two model responses with calls, by its tool-call
+    id: the responses of a snapshot's open and settled batches, which snapshots older
+    than keys by response and position name by tool-call id (`_state.migrate`)."""
+    keys: dict[str, str] = {}
+    responses = 0
+    for message in reversed(messages):
+        if responses == 2:
+            break
+        if isinstance(message, AIMessage) and message.tool_calls:
+            responses += 1
+            for tool_call, key in zip(message.tool_calls, keys_of(message), strict=True):
+                keys.setdefault(tool_call.get("id") or key, key)  # the later response wins
+    return keys
+
+
 def position_of(
     message: AIMessage, tool_call_id: str | None, name: str, args: Any = None
 ) -> int | None:

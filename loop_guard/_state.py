@@ -125,13 +125,14 @@ class RequestState:
         """A JSON-safe snapshot (call args are not kept, only their fingerprints).
 
         A field still at a fresh state's value is left out (`from_dict` restores it): the
-        snapshot is written at every model call and kept in every checkpoint.
+        snapshot is written at every model call and kept in every checkpoint. `"v"` is
+        its shape's version (`SCHEMA_VERSION`), for `migrate`.
 
         Example:
             >>> RequestState(request_id="r-1", streak=2).to_dict()
-            {'request_id': 'r-1', 'streak': 2}
+            {'v': 1, 'request_id': 'r-1', 'streak': 2}
         """
-        snapshot: dict[str, Any] = {"request_id": self.request_id}
+        snapshot: dict[str, Any] = {"v": SCHEMA_VERSION, "request_id": self.request_id}
         if self.last is not None:
             snapshot["last"] = self.last._asdict()
         if self.streak:
@@ -186,20 +187,25 @@ class RequestState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> RequestState:
-        """Rebuild a state from `to_dict` output; `None` or `{}` gives a fresh state."""
+        """Rebuild a state from `to_dict` output; `None` or `{}` gives a fresh state.
+
+        An older snapshot is migrated first (`migrate`).
+
+        Raises:
+            ValueError: If a newer version of the guard wrote the snapshot.
+        """
         if not data:
             return cls()
+        data = migrate(data)
         last = None if data.get("last") is None else Step(**data["last"])
         steer = data.get("steer")
-        if steer is None and data.get("steer_pending") and last is not None:  # older snapshot
-            steer = ["repeat", _messages.steer_text(last.tool, data["streak"]), data["streak"]]
         return cls(
             request_id=data.get("request_id"),
             last=last,
             streak=int(data.get("streak", 0)),
             warned=bool(data.get("warned", False)),
             blocks=int(data.get("blocks", 0)),
-            steer=None if steer is None or last is None else steer_from_json(last, steer),
+            steer=None if steer is None else steer_from_json(steer),
             stopped=data.get("stopped"),
             stop_tool=str(data.get("stop_tool", "")),
             batch=entries_from_json(data.get("batch", ())),
@@ -220,6 +226,65 @@ class RequestState:
             since_change=int(data.get("since_change", -1)),
             turns=tuple(tuple(map(Step._make, turn)) for turn in data.get("turns", ())),
         )
+
+
+SCHEMA_VERSION = 1
+"""The shape of the snapshots `RequestState.to_dict` writes, kept in their `"v"` field.
+
+A snapshot without one (version 0) was written by 0.1.0 or an earlier version: see
+`migrate`.
+"""
+
+
+def migrate(data: Mapping[str, Any], keys: Mapping[str, str] | None = None) -> Mapping[str, Any]:
+    """`data` in the shape of `SCHEMA_VERSION`, from the shape of any earlier version.
+
+    Version 0, a snapshot without `"v"`, covers every shape written before versions were
+    recorded: a steer due as a bare flag (`steer_pending`), a steer without its call,
+    steered steps without their run count or limit, and calls keyed by their tool-call
+    id (before calls were keyed by their response and position). `keys` maps the
+    tool-call ids of the latest responses to their keys now (`_langchain.call_keys`);
+    without it, such a call stays unknown to the state: a run on it is not counted.
+
+    Example:
+        >>> old = {"request_id": "r", "batch": [["call_1", "read", "f1", "allowed"]]}
+        >>> migrate(old, {"call_1": "response-7#0"})["batch"]
+        [['response-7#0', 'read', 'f1', 'allowed']]
+
+    Raises:
+        ValueError: If a newer version of the guard wrote the snapshot.
+    """
+    version = data.get("v", 0)
+    if version == SCHEMA_VERSION:
+        return data
+    if version != 0:
+        msg = (
+            f"loop guard state of schema version {version!r}, newer than this version's "
+            f"{SCHEMA_VERSION}: written by a newer langchain-loop-guard"
+        )
+        raise ValueError(msg)
+    return _from_version_0(data, keys or {})
+
+
+def _from_version_0(data: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, Any]:
+    snapshot = {name: value for name, value in data.items() if name != "steer_pending"}
+    snapshot["v"] = SCHEMA_VERSION
+    last = data.get("last")
+    steer = data.get("steer")
+    if steer is None and data.get("steer_pending") and last is not None:
+        streak = int(data["streak"])
+        steer = ["repeat", _messages.steer_text(last["tool"], streak), streak]
+    if steer is not None and last is not None and len(steer) == 3:
+        steer = [*steer, last["tool"], last["args"]]  # the steer was about the last step
+    snapshot["steer"] = None if last is None else steer
+    # No run count: the streak it was steered at. No limit: 0, the tool's own backstop.
+    snapshot["steered"] = [
+        [step, level, again, *(more or [level]), *([] if len(more) > 1 else [0])]
+        for step, level, again, *more in data.get("steered", ())
+    ]
+    for name in ("batch", "settled"):
+        snapshot[name] = [[keys.get(key, key), *rest] for key, *rest in data.get(name, ())]
+    return snapshot
 
 
 _new_state = object.__new__  # `clone` sets every field: no constructor needed
@@ -298,17 +363,12 @@ def entries_from_json(rows: Any) -> tuple[Entry, ...]:
     return tuple(entries)
 
 
-def steer_from_json(last: Step, row: Any) -> Steer:
-    reason, message, streak, *called = row
-    tool, fingerprint = called or (last.tool, last.args)  # older snapshots: the last step
+def steer_from_json(row: Any) -> Steer:
+    reason, message, streak, tool, fingerprint = row
     call = Call(tool=tool, fingerprint=fingerprint)
     return Steer(call=call, message=message, streak=int(streak), reason=reason)
 
 
 def steered_from_json(row: Any) -> Steered:
-    # Older snapshots: no run count (the streak it was steered at), no limit (0: the
-    # backstop the configuration gives the tool).
-    step, level, again, *more = row
-    seen = int(more[0]) if more else int(level)
-    limit = int(more[1]) if len(more) > 1 else 0
-    return Steered(Step._make(step), int(level), bool(again), seen, limit)
+    step, level, again, seen, limit = row
+    return Steered(Step._make(step), int(level), bool(again), int(seen), int(limit))

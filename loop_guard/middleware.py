@@ -17,6 +17,7 @@ from langchain.agents.middleware.types import (
     ResponseT,
 )
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -32,8 +33,10 @@ from loop_guard._langchain import (
     answers_to,
     ashared_run,
     block_message,
+    call_keys,
     calls_of,
     dispatch_event,
+    keys_of,
     last_batch,
     messages_of,
     position_of,
@@ -42,10 +45,13 @@ from loop_guard._langchain import (
     stop_messages,
     tool_names,
 )
+from loop_guard._state import SCHEMA_VERSION, migrate
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import CheckpointTuple
+    from langgraph.pregel import Pregel
     from langgraph.runtime import Runtime
 
 logger = logging.getLogger("loop_guard")
@@ -153,7 +159,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
         """Start a new request: everything resets but the recent steps (SPEC §5, §8)."""
-        session = self.guard.detached(_conversation(state, runtime), state.get("loop_guard"))
+        session = self.guard.detached(_conversation(state, runtime), _snapshot_of(state))
         session.start_request(uuid.uuid4().hex)
         return {"loop_guard": session.snapshot()}
 
@@ -228,7 +234,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         conversation = _conversation(state, runtime)
         self.guard.end_request(conversation)
         if self.exit_behavior == "error":
-            stop = self.guard.detached(conversation, state.get("loop_guard")).stop
+            stop = self.guard.detached(conversation, _snapshot_of(state)).stop
             if stop is not None:
                 raise LoopGuardAbort(stop)
         return None
@@ -372,9 +378,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """
         try:
             snapshot = request.state.get("loop_guard")
-            if not self.guard._refuses_any(snapshot):
+            current = snapshot and snapshot.get("v") == SCHEMA_VERSION
+            if current and not self.guard._refuses_any(snapshot):
                 return None  # the common case: nothing of the reply was refused
-            session = self.guard.detached(_conversation(request.state, request.runtime), snapshot)
+            session = _session_of(self.guard, request.state, request.runtime)
             placed = _placed(request)
             if placed is None:
                 return None
@@ -417,6 +424,35 @@ def _config_of(runtime: object) -> RunnableConfig | None:
         return {"configurable": {"thread_id": thread, "checkpoint_ns": namespace}}
 
 
+def _snapshot_of(state: LoopGuardState[Any]) -> Mapping[str, Any] | None:
+    """The guard's snapshot in `state`, in the current shape.
+
+    An older one may name the calls of its batches by tool-call id: the history's latest
+    responses give their keys now, so a request checkpointed by an earlier version goes
+    on as one uninterrupted run.
+    """
+    snapshot = state.get("loop_guard")
+    if not snapshot or snapshot.get("v") == SCHEMA_VERSION:
+        return snapshot  # the common case: written by this version
+    return migrate(snapshot, call_keys(messages_of(state)))
+
+
+def _session_of(guard: LoopGuard, state: LoopGuardState[Any], runtime: object) -> Session:
+    """The guard's session on `state`'s snapshot (`_snapshot_of`).
+
+    Versions that decided a reply in an `after_model` node, after the model node, could
+    checkpoint a reply before deciding it (human approval listed after the guard, a
+    pause after the model): such a reply is decided here, so that its calls count.
+    """
+    snapshot = state.get("loop_guard")
+    session = guard.detached(_conversation(state, runtime), _snapshot_of(state))
+    if snapshot and snapshot.get("v") != SCHEMA_VERSION:
+        reply, _ = last_batch(messages_of(state))
+        if reply is not None and reply.tool_calls and not session.decided(keys_of(reply)):
+            session.check_batch(calls_of(reply))
+    return session
+
+
 def _conversation(state: LoopGuardState[Any], runtime: object) -> str:
     """The thread (narrowed to the agent's graph) when there is one, else this request."""
     key = thread_of(_config_of(runtime))
@@ -441,10 +477,7 @@ class _Turn(Generic[ResponseT]):
         self.middleware = middleware
         self.request = request
         self.state = cast("LoopGuardState[ResponseT]", request.state)
-        snapshot = self.state.get("loop_guard")
-        self.session = middleware.guard.detached(
-            _conversation(self.state, request.runtime), snapshot
-        )
+        self.session = _session_of(middleware.guard, self.state, request.runtime)
         # The tools offered to the model: a call naming none of them is to a missing tool.
         self.tools = tool_names(request.tools)
         middleware._learn(request.tools)
@@ -565,3 +598,60 @@ class _Turn(Generic[ResponseT]):
     def _add(self, messages: Sequence[BaseMessage]) -> None:
         self.added.extend(messages)
         self.replied = self.replied or any(isinstance(message, AIMessage) for message in messages)
+
+
+# The guard's nodes of earlier versions, and the node whose run stands for theirs now: a
+# thread paused before one goes on from there (recording results and deciding replies
+# happen in the model call now).
+_REMOVED_NODES = {"before_model": "tools", "after_model": "model"}
+
+
+def upgrade_thread(
+    agent: Pregel[Any, Any], config: RunnableConfig, *, name: str = "LoopGuardMiddleware"
+) -> str | None:
+    """Move a thread an earlier version paused before one of the guard's removed nodes
+    (`before_model`, `after_model`) on to the nodes that do their work now.
+
+    Call it before resuming a thread checkpointed by such a version: LangGraph runs
+    nothing for a pending node the graph no longer has, so the resume would do nothing.
+    Any other thread is left as it is. `name`: the middleware's `name`.
+
+    Returns:
+        The node the thread was paused before, or `None` when it needed nothing.
+    """
+    found = _removed_node(agent, _checkpointer(agent).get_tuple(config), name)
+    if found is None:
+        return None
+    agent.update_state(config, None, as_node=_REMOVED_NODES[found])
+    return f"{name}.{found}"
+
+
+async def aupgrade_thread(
+    agent: Pregel[Any, Any], config: RunnableConfig, *, name: str = "LoopGuardMiddleware"
+) -> str | None:
+    """Async twin of `upgrade_thread`."""
+    found = _removed_node(agent, await _checkpointer(agent).aget_tuple(config), name)
+    if found is None:
+        return None
+    await agent.aupdate_state(config, None, as_node=_REMOVED_NODES[found])
+    return f"{name}.{found}"
+
+
+def _checkpointer(agent: Pregel[Any, Any]) -> BaseCheckpointSaver[Any]:
+    if not isinstance(agent.checkpointer, BaseCheckpointSaver):
+        msg = "upgrade_thread needs an agent compiled with a checkpointer"
+        raise ValueError(msg)
+    return agent.checkpointer
+
+
+def _removed_node(agent: Pregel[Any, Any], saved: CheckpointTuple | None, name: str) -> str | None:
+    """Which of the guard's removed nodes the thread's checkpoint waits for, if any: an
+    edge to it (`branch:to:<node>`) was written, and the graph has no such node."""
+    if saved is None:
+        return None
+    waiting = saved.checkpoint["channel_values"]
+    for hook in _REMOVED_NODES:
+        node = f"{name}.{hook}"
+        if f"branch:to:{node}" in waiting and node not in agent.nodes:
+            return hook
+    return None

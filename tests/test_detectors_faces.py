@@ -85,7 +85,7 @@ def test_a_rejected_call_coming_back_after_user_replies_is_steered(face: Face) -
         if m.name == "loop_guard" or m.response_metadata.get("loop_guard") == "steer"
     ]
     assert len(delivered) == 1
-    assert "3 times within your last 8" in delivered[0]
+    assert "in 3 of your last turns" in delivered[0]
 
 
 def test_one_guard_live_and_a_fresh_guard_agree_for_the_handler() -> None:
