@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 # Order matters: a timestamp or a UUID is replaced before its digits could look like
 # a duration or a nonce.
@@ -74,44 +75,71 @@ _IDENTITY_NOUNS = (
     "|repository|account|customer|item|product|issue|ticket|page|folder|workspace|team"
     "|org|organization|contact|room|space|note|record|job|task|member|group|branch|commit"
 )
+
+
+def _before(label: re.Pattern[str], match: re.Match[str]) -> bool:
+    """Whether `label` ends right where `match` starts (looked for in the 40 chars before)."""
+    start = match.start()
+    return label.search(match.string, max(0, start - 40), start) is not None
+
+
 _IDENTITY_LABEL = re.compile(
     rf"(?i)(?:{_IDENTITY_NOUNS})s?(?:[ _-]?ids?)?[\"']?\s*[:=#/]?\s*[\"']?$"
 )
-_UUID = re.compile(r"\b[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\b")
-_DURATION_UNIT = r"(?:ms|us|µs|ns|s|sec|secs|seconds|min|mins|minutes)"
-_UNIT_DURATION = re.compile(
-    rf"(?i)(\b(?:eta|remaining|left)\W{{0,3}})?"
-    rf"\b(?:\d+h)?(?:\d+m)?\d+(?:\.\d+)?\s?{_DURATION_UNIT}\b"
-    r"(\s+(?:remaining|left|to go))?"
+_FRESH_ID_LABEL = re.compile(
+    r"(?i)(?:message|msg|run|request|req|event|trace|span|correlation|receipt|invocation"
+    r"|execution)[ _-]?$"
 )
+_TIME_LABEL = re.compile(
+    r"(?i)\b(?:timestamp|ts|time|date|(?:created|updated|sent|received|started|finished"
+    r"|completed|ended|modified|expires)[ _-]?at)[\"']?\s*[:=]\s*[\"']?$"
+)
+_COUNTDOWN_LABEL = re.compile(r"(?i)\b(?:eta|remaining|left)\W{0,3}$")
+_DURATION_UNIT = r"(?:ms|us|µs|ns|s|sec|secs|seconds|min|mins|minutes)"
 _LABEL_END = r"\b[\"']?\s*[:=#]?\s*[\"']?"
-# Each pattern masks what follows a label that names it fresh, so unlabelled numbers
-# (counts, percentages, line numbers) are never touched.
-_FRESH_PATTERNS = (
+
+
+def _uuid(match: re.Match[str]) -> str:
+    return match[0] if _before(_IDENTITY_LABEL, match) else "<uuid>"
+
+
+def _fresh_id(match: re.Match[str]) -> str:
+    return f"{match[0][: -len(match[1])]}<id>" if _before(_FRESH_ID_LABEL, match) else match[0]
+
+
+def _epoch_time(match: re.Match[str]) -> str:
+    return "<time>" if _before(_TIME_LABEL, match) else match[0]
+
+
+def _unit_duration(match: re.Match[str]) -> str:
+    # A countdown ("ETA 90s", "30s left") is progress, not a fresh value.
+    return match[0] if match[1] or _before(_COUNTDOWN_LABEL, match) else "<duration>"
+
+
+# Each pattern masks a value that is fresh by shape (a uuid, a clock) or by the label before
+# it, so unlabelled numbers (counts, percentages, line numbers) are never touched. Patterns
+# start with a character class, and a "\w" look-behind after it stands for "\b": that keeps
+# the scanner's fast skip to candidates. A label-led pattern runs only when the text holds
+# one of its words, for the same reason.
+_Replacement = str | Callable[[re.Match[str]], str]
+_FRESH_PATTERNS: tuple[tuple[tuple[str, ...], re.Pattern[str], _Replacement], ...] = (
     (
-        re.compile(
-            r"(?i)((?:message|msg|run|request|req|event|trace|span|correlation|receipt"
-            rf"|invocation|execution)[ _-]?id{_LABEL_END})([\w.-]*\d[\w.-]*)"
-        ),
-        r"\1<id>",
+        (),
+        re.compile(r"[0-9a-fA-F](?<!\w.)[0-9a-fA-F]{7}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\b"),
+        _uuid,
     ),
+    ((), re.compile(r"(?i)id\b[\"']?\s*[:=#]?\s*[\"']?([\w.-]*\d[\w.-]*)"), _fresh_id),
     (
+        (),
         re.compile(
-            r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
-            r"(?:Z|[+-]\d{2}:?\d{2})?\b"
+            r"\d(?<!\w\d)(?:\d{3}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
+            r"(?:Z|[+-]\d{2}:?\d{2})?|\d?:\d{2}:\d{2}(?:[.,]\d+)?)\b"
         ),
         "<time>",
     ),
-    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),
+    ((), re.compile(r"\d(?<!\w\d)\d{9}(?:\d{3}){0,3}(?:\.\d+)?\b"), _epoch_time),
     (
-        re.compile(
-            r"(?i)\b((?:timestamp|ts|time|date|(?:created|updated|sent|received|started"
-            rf"|finished|completed|ended|modified|expires)[ _-]?at){_LABEL_END})"
-            r"\d{10}(?:\d{3}){0,3}(?:\.\d+)?\b"
-        ),
-        r"\1<time>",
-    ),
-    (
+        ("duration", "elapsed", "latency", "took", "wall", "cpu", "taken", "execution", "response"),
         re.compile(
             r"(?i)\b((?:duration|elapsed|latency|took|wall[ _-]?time|cpu[ _-]?time"
             r"|time[ _-]?taken|execution[ _-]?time|response[ _-]?time)\w*[\"']?\s*[:=]\s*"
@@ -119,37 +147,45 @@ _FRESH_PATTERNS = (
         ),
         r"\1<duration>",
     ),
-    (re.compile(rf"(?i)\b((?:p?pid|process[ _-]?id){_LABEL_END})\d+\b"), r"\1<pid>"),
     (
+        ("pid", "process"),
+        re.compile(rf"(?i)\b((?:p?pid|process[ _-]?id){_LABEL_END})\d+\b"),
+        r"\1<pid>",
+    ),
+    (
+        ("session",),
         re.compile(rf"(?i)\b(session(?:[ _-]?(?:id|number|no))?{_LABEL_END})([\w.-]*\d[\w.-]*)"),
         r"\1<session>",
     ),
     (
+        ("attempt", "retr", "execution"),
         re.compile(
             r"(?i)\b((?:attempts?|retry|retries|retried|execution[ _-]?count)"
             rf"(?:[ _-]?(?:no|number|count))?{_LABEL_END})\d+\b"
         ),
         r"\1<n>",
     ),
-    (re.compile(r"\b((?:In|Out)\s?\[)\d+(\])"), r"\1<n>\2"),
+    (("in[", "in [", "out[", "out ["), re.compile(r"\b((?:In|Out)\s?\[)\d+(\])"), r"\1<n>\2"),
+    (
+        (),
+        re.compile(
+            rf"\d(?<!\w\d)\d*(?:h\d+)?(?:m\d+)?(?:\.\d+)?\s?{_DURATION_UNIT}\b"
+            r"(\s+(?:remaining|left|to go))?"
+        ),
+        _unit_duration,
+    ),
 )
 
 
-def _uuid(match: re.Match[str]) -> str:
-    before = match.string[max(0, match.start() - 40) : match.start()]
-    return match[0] if _IDENTITY_LABEL.search(before) else "<uuid>"
-
-
-def _unit_duration(match: re.Match[str]) -> str:
-    # A countdown ("ETA 90s", "30s left") is progress, not a fresh value.
-    return match[0] if match[1] or match[2] else "<duration>"
-
-
 def _mask_text(text: str) -> str:
-    text = _UUID.sub(_uuid, text)
-    for pattern, replacement in _FRESH_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return _UNIT_DURATION.sub(_unit_duration, text)
+    lowered = text.lower()
+    for words, pattern, replacement in _FRESH_PATTERNS:
+        if words and not any(word in lowered for word in words):
+            continue
+        text, count = pattern.subn(replacement, text)
+        if count:
+            lowered = text.lower()
+    return text
 
 
 # JSON keys, compared lower-case without "_", "-" and spaces ("message_id" is "messageid").
