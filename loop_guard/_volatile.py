@@ -149,23 +149,29 @@ _FRESH_PATTERNS: tuple[tuple[tuple[str, ...], re.Pattern[str], _Replacement], ..
     ),
     (
         ("pid", "process"),
-        re.compile(rf"(?i)\b((?:p?pid|process[ _-]?id){_LABEL_END})\d+\b"),
+        re.compile(rf"(?i)(p(?<!\wp)(?:p?id|rocess[ _-]?id){_LABEL_END})\d+\b"),
         r"\1<pid>",
     ),
     (
         ("session",),
-        re.compile(rf"(?i)\b(session(?:[ _-]?(?:id|number|no))?{_LABEL_END})([\w.-]*\d[\w.-]*)"),
+        re.compile(
+            rf"(?i)(s(?<!\ws)ession(?:[ _-]?(?:id|number|no))?{_LABEL_END})([\w.-]*\d[\w.-]*)"
+        ),
         r"\1<session>",
     ),
     (
         ("attempt", "retr", "execution"),
         re.compile(
-            r"(?i)\b((?:attempts?|retry|retries|retried|execution[ _-]?count)"
+            r"(?i)((?:a(?<!\wa)ttempts?|r(?<!\wr)etr(?:y|ies|ied)|e(?<!\we)xecution[ _-]?count)"
             rf"(?:[ _-]?(?:no|number|count))?{_LABEL_END})\d+\b"
         ),
         r"\1<n>",
     ),
-    (("in[", "in [", "out[", "out ["), re.compile(r"\b((?:In|Out)\s?\[)\d+(\])"), r"\1<n>\2"),
+    (
+        ("in[", "in [", "out[", "out ["),
+        re.compile(r"((?:I(?<!\wI)n|O(?<!\wO)ut)\s?\[)\d+(\])"),
+        r"\1<n>\2",
+    ),
     (
         (),
         re.compile(
