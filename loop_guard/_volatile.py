@@ -392,7 +392,7 @@ def mask_fresh(text: str) -> tuple[str, bool]:
 def normalize_fresh(text: str) -> str:
     """Reduce a tool result to what is not fresh on every call.
 
-    On by default, so it masks only what is named or shaped as per-call fresh: message,
+    Safe as a default: it masks only what is named or shaped as per-call fresh: message,
     run, request, event and trace ids, timestamps, durations, pids, attempts, sessions,
     execution counts. A JSON object or array (below 1 MB) is masked by key and value
     shape and re-serialised with sorted keys; other text by labelled patterns. Every
