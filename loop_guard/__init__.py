@@ -34,7 +34,7 @@ from loop_guard._values import (
     Stop,
     StopKind,
 )
-from loop_guard._volatile import normalize_volatile
+from loop_guard._volatile import normalize_fresh, normalize_volatile
 
 if TYPE_CHECKING:
     from loop_guard._langchain import BLOCK_MARK, DUPLICATE_MARK, STEER_MARK
@@ -77,6 +77,7 @@ __all__ = [
     "ToolPolicy",
     "aupgrade_thread",
     "guard_tools",
+    "normalize_fresh",
     "normalize_volatile",
     "upgrade_thread",
 ]
