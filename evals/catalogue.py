@@ -9,7 +9,9 @@ scenario through the middleware and the graph node; `evals/traces.py` reports th
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,14 +50,21 @@ def toolbox(runs: Counter[str]) -> list[BaseTool]:
         """Run a shell command."""
         runs["run"] += 1
         progress[command] += 1
+        if command.startswith("grep -q"):  # no match: grep's answer, not a broken tool
+            raise ToolException("Command failed with exit code 1")
         if command.startswith("tail"):  # a log that grows
             return f"line {progress[command]}"
+        if command == "wait":  # a process that never ends, in fresh session ids and pids
+            n = progress[command]
+            return f"Command still running (session sess-{n}, pid {1000 + n})"
         if command == "date":  # the same answer in fresh ids and timings
             n = next(uuids)
             return f"request 3f2a9c1e-0b7d-4c1a-9e2f-5a6b7c8d{n:04d} done in {n % 97} ms"
         if command.startswith("pytest"):
             return "FAILED test_a: expected 3, got 2"
         return f"$ {command}\nerror E1 at f.c:10"
+
+    run.handle_tool_error = True
 
     @tool
     def edit(path: str, old: str, new: str) -> str:
@@ -102,7 +111,26 @@ def toolbox(runs: Counter[str]) -> list[BaseTool]:
 
     fetch.handle_tool_error = True
 
-    return [read, run, edit, write, status, lookup, search, fetch]
+    @tool
+    def send(to: str, text: str) -> str:
+        """Send a message."""
+        runs["send"] += 1
+        n = next(uuids)
+        receipt = {"platformMessageId": f"{n * 7919}"}
+        return json.dumps(
+            {"ok": True, "to": to, "messageId": f"m{n:08x}{n:08x}", "receipt": receipt}
+            | {"runId": f"3f2a9c1e-0b7d-4c1a-9e2f-5a6b7c8d{n:04d}", "timestamp": 1764466033000 + n}
+        )
+
+    @tool
+    def get_plan(plan_id: str) -> str:
+        """Look a plan up."""
+        runs["get_plan"] += 1
+        raise ToolException(f"Plan {plan_id} not found")
+
+    get_plan.handle_tool_error = True
+
+    return [read, run, edit, write, status, lookup, search, fetch, send, get_plan]
 
 
 def call(tool_name: str, **args: Any) -> tuple[str, dict[str, Any]]:
@@ -187,9 +215,36 @@ SCENARIOS = [
         PI_STOP,
     ),
     Scenario(
-        "A4 volatile result, not normalised: progress",
+        "A4 volatile result, by default: a near-repeat",
         _repeat([call("run", command="date")], 12),
-        never_blocked(),
+        steered_and_stopped(warn_by=5, block_by=7),
+    ),
+    Scenario(
+        "A5 a process still running, in fresh session ids and pids",
+        _repeat([call("run", command="wait")], 12),
+        steered_and_stopped(warn_by=5, block_by=7),
+    ),
+    Scenario(
+        "A16 the same message sent again, fresh ids in every reply",
+        _repeat([call("send", to="ops", text="deploy done")], 21),
+        steered_and_stopped(warn_by=5, block_by=7),
+    ),
+    Scenario(
+        "A17 the same call once per user turn",
+        _repeat([call("read", path="a.py")], 4),
+        events_are((3, "warn", "interleaved"), (4, "warn", "interleaved")),
+        requests=(1, 1, 1, 1),
+    ),
+    Scenario(
+        "A17 the same call once per user turn, another call between",
+        [
+            [call("read", path="a.py")],
+            [PONG],
+            [call("read", path="a.py")],
+            [call("read", path="a.py")],
+        ],
+        events_are((4, "warn", "interleaved")),
+        requests=(1, 2, 1),
     ),
     Scenario(
         "A4 volatile result, normalised (opt-in)",
@@ -254,6 +309,16 @@ SCENARIOS = [
         "B6 rotation over three files",
         [[call("read", path=p)] for p in "abc"] * 5,
         steered_and_stopped(warn_by=9, block_by=13),
+    ),
+    Scenario(
+        "B7 rotation over five calls, stable results",
+        [[call("read", path=p)] for p in "abcde"] * 20,
+        steered_and_stopped(warn_by=15, block_by=25),
+    ),
+    Scenario(
+        "B7 rotation over six calls, stable results",
+        [[c] for _ in range(17) for c in (*(call("read", path=p) for p in "abcde"), PONG)],
+        steered_and_stopped(warn_by=18, block_by=30),
     ),
     # C. interleaved and non-consecutive repetition
     Scenario(
@@ -366,8 +431,31 @@ SCENARIOS = [
         never_blocked(),
     ),
     Scenario(
-        "D19 different missing files, errors naming each",
+        "D19 different missing files, errors naming each: steered once at most",
         [[call("read", path=f"missing-{n}.md")] for n in range(10)],
+        never_blocked(steers=1),
+    ),
+    Scenario(
+        "C8 the same error naming each argument",
+        [[call("get_plan", plan_id=f"P{1006 + n}")] for n in range(10)],
+        events_are((4, "warn", "same_error")),
+    ),
+    Scenario(
+        "D21 a sweep of shell checks that each exit 1: steered once at most",
+        [[call("run", command=f"grep -q pattern{n} src/")] for n in range(12)],
+        never_blocked(steers=1),
+    ),
+    Scenario(
+        "D22 a check re-run after each different change",
+        [
+            t
+            for n in range(6)
+            for t in (
+                [call("write", path=f"f{n}.c", content="fix")],
+                [call("read", path="x.c")],
+                [call("run", command="pytest -x")],
+            )
+        ],
         never_blocked(),
     ),
     Scenario(
@@ -433,8 +521,11 @@ def via_middleware(
     recorder: Recorder,
     runs: Counter[str],
     config: LoopGuardConfig | None = None,
+    *,
+    sync: bool = True,
 ) -> list[Any]:
-    """Run a scenario through `create_agent` with the middleware; the final messages."""
+    """Run a scenario through `create_agent` with the middleware (`ainvoke` unless
+    `sync`); the final messages."""
     middleware = LoopGuardMiddleware(config, on_event=recorder.on_event, **scenario.options)
     checkpointer = InMemorySaver()
     messages: list[Any] = []
@@ -443,5 +534,9 @@ def via_middleware(
         agent = create_agent(
             model, toolbox(runs), middleware=[middleware], checkpointer=checkpointer
         )
-        messages = agent.invoke({"messages": [HumanMessage(f"request {n}")]}, THREAD)["messages"]
+        payload = {"messages": [HumanMessage(f"request {n}")]}
+        if sync:
+            messages = agent.invoke(payload, THREAD)["messages"]
+        else:
+            messages = asyncio.run(agent.ainvoke(payload, THREAD))["messages"]
     return messages

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, final
 
-from loop_guard._volatile import normalize_volatile
+from loop_guard._volatile import normalize_fresh, normalize_volatile
 
 logger = logging.getLogger("loop_guard")
 
@@ -45,6 +45,8 @@ class ToolPolicy:
         detect_same_error: Whether identical errors for different args mean this tool
             is broken (`LoopGuardConfig.detect_same_error`); turn it off for a tool
             whose failures say nothing about their input.
+        fresh: Whether results differing only in what is fresh on every call are
+            near-repeats (`LoopGuardConfig.fresh_results`).
         changes_state: Whether a successful call of this tool changes something (an
             edit, a write, a send), so that a check repeated after it asks a new
             question (see `changes_state`). Unset: the tool's MCP annotations, else
@@ -66,6 +68,7 @@ class ToolPolicy:
     volatile: bool | None = None
     normalizer: Normalizer | None = field(default=None, compare=False)
     detect_same_error: bool | None = None
+    fresh: bool | None = None
     changes_state: bool | None = None
     shell: bool | None = None
 
@@ -140,6 +143,14 @@ class LoopGuardConfig:
         volatile_results: Treat results that differ only in ids, timestamps,
             durations, pids or nonces as unchanged, for every tool (per tool:
             `ToolPolicy(volatile=True)`).
+        fresh_results: Results that differ only in what is fresh on every call
+            (message, run and request ids, timestamps, durations, pids, attempt and
+            session counters; `normalize_fresh`) are near-repeats: they count as the
+            same result, steered and blocked `near_repeat_patience` calls later than
+            exact repeats. Progress (percentages, counts, a changed status) and a
+            changed identity (a conversation, file or order id) stay different.
+        near_repeat_patience: How many calls later a streak of near-repeats is
+            steered and blocked than one of exact repeats (>= 0).
         dedupe_siblings: Identical calls within one model response run once; the
             others receive the same result, marked as a duplicate.
         tools: A `ToolPolicy` per tool name: thresholds, ignore rules, normalisers.
@@ -165,7 +176,7 @@ class LoopGuardConfig:
     ignore_errors: bool = False
     use_terminate: bool = False
     detect_cycles: bool = True
-    max_cycle_period: int = 4
+    max_cycle_period: int = 6
     detect_interleaved: bool = True
     repeat_window: int = 8
     escalate_ignored: bool = True
@@ -174,6 +185,8 @@ class LoopGuardConfig:
     detect_same_error: bool = True
     same_error_threshold: int = 4
     volatile_results: bool = False
+    fresh_results: bool = True
+    near_repeat_patience: int = 2
     dedupe_siblings: bool = False
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict, hash=False)
 
@@ -187,6 +200,7 @@ class LoopGuardConfig:
         for name in ("max_cycle_period", "repeat_window", "backstop_threshold"):
             _check_threshold(name, getattr(self, name), minimum=2)
         _check_threshold("same_error_threshold", self.same_error_threshold, minimum=3)
+        _check_threshold("near_repeat_patience", self.near_repeat_patience, minimum=0)
         _check_order(self.warn_threshold, self.block_threshold, "")
         object.__setattr__(self, "ignore_tools", _as_names(self.ignore_tools))
         object.__setattr__(self, "tools", MappingProxyType(_as_policies(self.tools)))
@@ -280,7 +294,11 @@ class LoopGuardConfig:
         found: tuple[Normalizer, ...] = (normalize_volatile,) if volatile else ()
         if policy is not None and policy.normalizer is not None:
             found = (*found, policy.normalizer)
-        return found
+        fresh = self.fresh_results
+        if policy is not None and policy.fresh is not None:
+            fresh = policy.fresh
+        # Last: what it masks marks a near-repeat (`Result.variant`).
+        return (*found, normalize_fresh) if fresh else found
 
     def replace(self, **overrides: Any) -> LoopGuardConfig:
         """Return a copy with some fields replaced, validated like the constructor.
@@ -313,6 +331,7 @@ _POLICY_BOOLEANS = (
     "ignore",
     "ignore_errors",
     "volatile",
+    "fresh",
     "detect_same_error",
     "changes_state",
     "shell",
@@ -327,6 +346,7 @@ _BOOLEANS = (
     "detect_unknown_tools",
     "detect_same_error",
     "volatile_results",
+    "fresh_results",
     "dedupe_siblings",
 )
 _PI_OFF = dict.fromkeys(
@@ -336,6 +356,7 @@ _PI_OFF = dict.fromkeys(
         "escalate_ignored",
         "detect_unknown_tools",
         "detect_same_error",
+        "fresh_results",
     ),
     False,
 )
@@ -457,6 +478,7 @@ def _read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str
         "repeat_window": _parse_threshold,
         "backstop_threshold": _parse_threshold,
         "same_error_threshold": _parse_threshold,
+        "near_repeat_patience": _parse_count,
         "ignore_tools": _parse_names,
         "tools": _parse_policies,
     }
@@ -512,6 +534,14 @@ def _parse_threshold(raw: str) -> int:
     text = raw.strip()
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         msg = "is not an integer >= 1"
+        raise ValueError(msg)
+    return int(text)
+
+
+def _parse_count(raw: str) -> int:
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()):
+        msg = "is not an integer >= 0"
         raise ValueError(msg)
     return int(text)
 

@@ -22,6 +22,7 @@ from loop_guard._state import (
     BLOCKED,
     ERROR,
     IGNORED,
+    NEAR,
     NOT_RUN,
     UNANSWERED,
     Entry,
@@ -201,6 +202,8 @@ class Engine:
             state.unknown = tuple(t for t in state.unknown if t != call.tool)
         ignored = config.ignores(call.tool, is_error=result.is_error)
         outcome = ERROR + result.fingerprint if result.is_error else result.fingerprint
+        if result.variant:
+            outcome = f"{outcome}{NEAR}{result.variant}"
         _answer(state, index, call, IGNORED if ignored else outcome)
         if not _complete(state.batch):
             return state, decisions
@@ -314,20 +317,24 @@ class Engine:
         failing = {record.tool: record for record in state.failing}
         steered = state.steered
         for entry in ran:
-            tool, args, outcome = entry.call.tool, entry.call.fingerprint, str(entry.outcome)
+            tool, args = entry.call.tool, entry.call.fingerprint
+            outcome, _, variant = str(entry.outcome).partition(NEAR)
             if args == _UNKNOWN_ARGS or not config.detects_same_error(tool):
                 continue
             record = failing.get(tool)
+            weak = bool(variant) or config.is_shell(tool)
             if not outcome.startswith(ERROR):  # it answered: judged by its args again
                 if record is not None:
                     del failing[tool]
                     steered = tuple(e for e in steered if e.step[:2] != (tool, _SAME_ERROR_ARGS))
             elif record is None or record.error != outcome:
-                failing[tool] = Failing(tool, outcome, (args,), 1)
+                failing[tool] = Failing(tool, outcome, (args,), 1, weak)
             else:
                 varied = len(record.args) >= _SAME_ERROR_VARIANTS or args in record.args
                 failing[tool] = record._replace(
-                    args=record.args if varied else (*record.args, args), calls=record.calls + 1
+                    args=record.args if varied else (*record.args, args),
+                    calls=record.calls + 1,
+                    weak=record.weak or weak,
                 )
         records = tuple(failing.values())[-_FAILING_KEPT:]
         if records == state.failing and steered is state.steered:
@@ -385,7 +392,8 @@ class Engine:
         for record in state.failing:
             if record.tool == call.tool:
                 same = outcome is None or outcome == record.error
-                return _SAME_ERROR_ARGS if same and self._broken(record) else call.fingerprint
+                folded = same and not record.weak and self._broken(record)
+                return _SAME_ERROR_ARGS if folded else call.fingerprint
         return call.fingerprint
 
     def _admit(self, state: RequestState) -> tuple[Decision, ...]:
@@ -407,7 +415,7 @@ class Engine:
             last is not None
             and last.tool == call.tool
             and last.args == args
-            and state.streak >= config.thresholds(call.tool)[1] - 1
+            and state.streak >= config.thresholds(call.tool)[1] + self._patience(state) - 1
         ):
             if args == _UNKNOWN_ARGS:
                 text = _messages.unknown_tool_block_text(
@@ -500,7 +508,7 @@ class Engine:
         steer = None
         if counts_step:
             step = self._step(state, ran[-1])
-            returned = self._count(state, step)
+            returned = self._count(state, step, str(ran[-1].outcome).partition(NEAR)[2])
             if change == len(ran) - 1:  # the counted step is the change: after it, new ground
                 state.since_change = 0
             steer = self._steer(state, step, ran[-1].call, returned)
@@ -510,7 +518,7 @@ class Engine:
 
     def _step(self, state: RequestState, entry: Entry) -> Step:
         """The step a call that ran makes, as the detectors compare it."""
-        outcome = str(entry.outcome)
+        outcome = str(entry.outcome).partition(NEAR)[0]
         return Step(entry.call.tool, self._identity(state, entry.call, outcome), outcome)
 
     def _steer_broken(
@@ -522,27 +530,29 @@ class Engine:
     ) -> Steer | None:
         """Steer away from tools this batch showed broken whose calls were not the
         counted step (the counted one was steered by its streak): each is remembered
-        as steered, so returning to it escalates and its backstop holds. Returns the
-        batch's steer."""
+        as steered, so returning to it escalates and its backstop holds. A tool shown
+        broken by weak evidence (`Failing.weak`) is steered here, once, and not
+        remembered: it is never refused. Returns the batch's steer."""
         steered = state.steered
         for record in state.failing:
             folded = Step(record.tool, _SAME_ERROR_ARGS, record.error)
             if record.tool not in broken or any(e.step == folded for e in steered):
                 continue
             warn = self.config.thresholds(record.tool)[0]
-            steered = _remember(steered, folded, warn, again=False, seen=record.calls)
+            if not record.weak:  # weak evidence is steered once, never refused
+                steered = _remember(steered, folded, warn, again=False, seen=record.calls)
             if steer is None:  # one steer per batch: a later return is steered again
                 call = next(e.call for e in reversed(ran) if e.call.tool == record.tool)
-                text = _messages.same_error_steer_text(record.tool)
+                text = _messages.same_error_steer_text(record.tool, record.weak)
                 steer = Steer(call=call, message=text, streak=warn, reason="same_error")
-        if steered is not state.steered:
-            state.steered = steered
-            if steer is not None and state.steer is None:
-                state.steer = steer
+        state.steered = steered
+        if steer is not None and state.steer is None:
+            state.steer = steer
         return steer
 
-    def _count(self, state: RequestState, step: Step) -> bool:
-        """Advance the streak, the cycle runs and the recent steps by one counted step.
+    def _count(self, state: RequestState, step: Step, variant: str) -> bool:
+        """Advance the streak, the cycle runs and the recent steps by one counted step
+        (whose result as returned is `variant`, when it was masked).
 
         Returns whether the step is a return to a call the model had been steered away
         from (its streak then resumes, SPEC §8 ignored steering).
@@ -551,8 +561,9 @@ class Engine:
         escalate = self.config.escalate_ignored
         if step == state.last:
             state.streak += 1
+            state.near = state.near or variant != state.variant
         else:
-            state.last, state.streak, state.warned = step, 1, False
+            state.last, state.streak, state.warned, state.near = step, 1, False, False
             steered = None
             for entry in state.steered:
                 if entry.step == step:
@@ -565,6 +576,7 @@ class Engine:
                 # The failing calls that showed the tool broken were one call: its
                 # streak starts where a steer is due.
                 state.streak = self.config.thresholds(step.tool)[0]
+        state.variant = variant
         if escalate and state.steered:
             state.steered = _counted(state.steered, step)
         recent = state.recent
@@ -597,7 +609,7 @@ class Engine:
         if state.cycle_warned and cycle is None:  # the cycle broke: a new one steers again
             state.cycle_warned = False
         steer = None
-        if state.streak >= warn and not state.warned:
+        if state.streak >= warn + self._patience(state) and not state.warned:
             if step.args == _UNKNOWN_ARGS:
                 text = _messages.unknown_tool_steer_text(step.tool, state.available, state.streak)
                 steer = Steer(call=call, message=text, streak=state.streak, reason="unknown_tool")
@@ -605,7 +617,7 @@ class Engine:
                 text = _messages.same_error_steer_text(step.tool)
                 steer = Steer(call=call, message=text, streak=state.streak, reason="same_error")
             else:
-                text = _messages.steer_text(step.tool, state.streak)
+                text = _messages.steer_text(step.tool, state.streak, near=state.near)
                 steer = Steer(call=call, message=text, streak=state.streak)
             seen = state.streak
             if step.args == _SAME_ERROR_ARGS:  # its runs: the failing calls, whatever args
@@ -661,6 +673,11 @@ class Engine:
         if steer is not None:
             state.steer = steer
         return steer
+
+    def _patience(self, state: RequestState) -> int:
+        """How much later than exact repeats the streak is steered and blocked: near-repeats
+        are weaker evidence (what made them differ may have been news)."""
+        return self.config.near_repeat_patience if state.near else 0
 
     def _cycle(self, state: RequestState) -> tuple[tuple[Step, ...], int] | None:
         """The cycle the last steps go round, as (one lap of steps, laps), if any.
@@ -776,7 +793,7 @@ def _counted(steered: tuple[Steered, ...], step: Step) -> tuple[Steered, ...]:
 
 
 def _block_text(state: RequestState, call: Call) -> str:
-    return _messages.block_text(call.tool, state.streak)
+    return _messages.block_text(call.tool, state.streak, near=state.near)
 
 
 def _answer(

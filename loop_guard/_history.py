@@ -199,7 +199,9 @@ def catch_up(
             state, verdict, checked = engine.check_call(state, call)
             decisions = (*decisions, *checked)
             if isinstance(verdict, Proceed) and not is_marked(answer, BLOCK_MARK):
-                result = result_of(answer, engine.config.normalizers(call.tool), tools)
+                result = result_of(
+                    answer, engine.config.normalizers(call.tool), tools, args=call.args
+                )
                 state, recorded = engine.record_result(state, call, result)
                 decisions = (*decisions, *recorded)
             if observe is not None and decisions:

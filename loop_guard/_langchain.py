@@ -24,11 +24,12 @@ from langgraph.types import Command
 
 from loop_guard import _messages
 from loop_guard._config import Normalizer
-from loop_guard._fingerprint import args_fingerprint
+from loop_guard._fingerprint import args_fingerprint, result_fingerprint
 from loop_guard._guard import GuardEvent, LoopGuard, Session
 from loop_guard._messages import GUARD_NAME
 from loop_guard._siblings import original_of, original_output
-from loop_guard._values import Call, Result, Stop
+from loop_guard._values import Call, Result, Stop, reports_error
+from loop_guard._volatile import normalize_fresh
 
 STEER_MARK = "steer"
 """`response_metadata["loop_guard"]` of a tool result that carries the steer in-band."""
@@ -204,14 +205,19 @@ def results_of(
     results = []
     for call, answer in answered:
         try:
-            results.append((call, result_of(answer, guard.config.normalizers(call.tool), tools)))
+            normalizers = guard.config.normalizers(call.tool)
+            results.append((call, result_of(answer, normalizers, tools, args=call.args)))
         except Exception as error:  # a fault of the guard's configuration: this call only
             guard.report_fault(session.conversation, error)
     return results
 
 
 def result_of(
-    output: Any, normalizers: Sequence[Normalizer] = (), tools: Collection[str] | None = None
+    output: Any,
+    normalizers: Sequence[Normalizer] = (),
+    tools: Collection[str] | None = None,
+    *,
+    args: Any = None,
 ) -> Result:
     """The engine's `Result` for what a tool produced.
 
@@ -220,6 +226,8 @@ def result_of(
     text before it is fingerprinted (`LoopGuardConfig.normalizers`). `tools` are the
     names of the tools that exist, when the caller knows them: only then can a result
     be the tool node's answer to a call naming none of them (see `_available_tools`).
+    An error is compared with the call's `args` masked where it quotes them, so a tool
+    failing the same way for every input is one error ("Plan P1006 not found").
     """
     if isinstance(output, ToolMessage):
         is_error = output.status == "error"
@@ -232,15 +240,71 @@ def result_of(
             # quotes it (a human's rejection does) is the same answer for every call.
             content = content.replace(output.tool_call_id, "<tool_call_id>")
         available = _available_tools(output, tools) if is_error else None
-        return Result.of(
-            _normalized(content, normalizers), is_error=is_error, available_tools=available
-        )
+        content, variant = _masked(content, normalizers)
+        if is_error or reports_error(content):
+            content, variant = _without_args(content, args, variant)
+        return Result.of(content, is_error=is_error, available_tools=available, variant=variant)
     if isinstance(output, Command):
         message = tool_message_of(output)
         if message is not None:
-            return result_of(message, normalizers, tools)
+            return result_of(message, normalizers, tools, args=args)
         return Result.of({"command": repr(output.update), "goto": repr(output.goto)})
-    return Result.of(_normalized(output, normalizers))
+    content, variant = _masked(output, normalizers)
+    return Result.of(content, variant=variant)
+
+
+def _masked(content: Any, normalizers: Sequence[Normalizer]) -> tuple[Any, str]:
+    """The content rewritten by `normalizers`, and its variant (`Result.variant`) when
+    the last of them, `normalize_fresh`, masked fresh values in it."""
+    if not normalizers or normalizers[-1] is not normalize_fresh:
+        return _normalized(content, normalizers), ""
+    exact = _normalized(content, normalizers[:-1])
+    masked = _normalized(exact, normalizers[-1:])
+    if masked == exact:
+        return exact, ""
+    return masked, result_fingerprint(exact)[:16]
+
+
+_ARGS_MASKED = 20  # quoted argument values masked in an error, at most
+_ARG_LENGTH = 200  # longest argument value looked for
+
+
+def _without_args(content: Any, args: Any, variant: str) -> tuple[Any, str]:
+    """An error's content with the call's argument values it quotes masked, and its
+    variant (`Result.variant`): the error as returned, when anything was masked."""
+    quoted = _arg_texts(args)
+    if not quoted:
+        return content, variant
+    masked = _normalized(content, (lambda text: _masking(text, quoted),))
+    if masked == content:
+        return content, variant
+    return masked, variant or result_fingerprint(content, is_error=True)[:16]
+
+
+def _masking(text: str, quoted: Sequence[str]) -> str:
+    for value in quoted:
+        text = text.replace(value, "<arg>")
+    return text
+
+
+def _arg_texts(args: Any) -> list[str]:
+    """The argument values an error may quote: strings of 3 characters or more and
+    numbers of 3 digits or more, longest first (a value inside another goes after it)."""
+    found: set[str] = set()
+    stack = [args]
+    while stack and len(found) < _ARGS_MASKED:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int | str):
+            text = str(value) if isinstance(value, str) or abs(value) < 10**_ARG_LENGTH else ""
+            if 3 <= len(text.strip()) <= _ARG_LENGTH:
+                found.add(text)
+    return sorted(found, key=len, reverse=True)
 
 
 def tool_message_of(output: Any) -> ToolMessage | None:
@@ -323,7 +387,7 @@ def _normalized(content: Any, normalizers: Sequence[Normalizer]) -> Any:
     return content
 
 
-def error_result(error: BaseException) -> Result | None:
+def error_result(error: BaseException, args: Any = None) -> Result | None:
     """The `Result` of a tool that raised: an error with the exception's type and text.
 
     `None` when the exception is control flow, not a failure of the tool: LangGraph's
@@ -333,7 +397,8 @@ def error_result(error: BaseException) -> Result | None:
     """
     if isinstance(error, GraphBubbleUp) or not isinstance(error, Exception):
         return None
-    return Result.of(f"{type(error).__name__}: {error}", is_error=True)
+    content, variant = _without_args(f"{type(error).__name__}: {error}", args, "")
+    return Result.of(content, is_error=True, variant=variant)
 
 
 def last_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage | None, list[ToolMessage]]:

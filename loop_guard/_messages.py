@@ -13,21 +13,27 @@ GUARD_NAME = "loop_guard"
 """The `name` of every message the guard inserts, so it is recognisable in a history."""
 
 
-def steer_text(tool: str, streak: int) -> str:
-    """The steer message the model sees once per streak, before its next call."""
+_NEAR = " (only ids, times or counters in it changed)"
+
+
+def steer_text(tool: str, streak: int, *, near: bool = False) -> str:
+    """The steer message the model sees once per streak, before its next call; `near`
+    for a streak of results equal only once their fresh values are masked."""
     return (
         f"LOOP GUARD: you have called {_code(tool)} {streak} times in a row with the same "
-        "arguments and got the same result every time. Repeating it will not change the "
+        f"arguments and got the same result every time{_NEAR if near else ''}. Repeating "
+        "it will not change the "
         "result. Stop repeating this call: change your approach (different arguments or a "
         "different tool), or give your final answer with what you already have."
     )
 
 
-def block_text(tool: str, streak: int) -> str:
+def block_text(tool: str, streak: int, *, near: bool = False) -> str:
     """The error result the model gets instead of running a blocked call."""
     return (
         f"{_blocked(tool)} You already called it {streak} times in a row with these exact "
-        "arguments and got the same result each time. Do not call it again with the same "
+        f"arguments and got the same result each time{_NEAR if near else ''}. Do not call "
+        "it again with the same "
         "arguments; use the result you already have, try a different approach, or give "
         "your final answer."
     )
@@ -150,8 +156,17 @@ def backstop_block_text(tool: str, count: int) -> str:
     )
 
 
-def same_error_steer_text(tool: str) -> str:
-    """The steer message for a tool that fails the same way whatever its args."""
+def same_error_steer_text(tool: str, weak: bool = False) -> str:
+    """The steer message for a tool that fails the same way whatever its args; `weak`
+    when that may be the answer to each input (a shell's exit status, an error that
+    names what it was given), not a broken tool."""
+    if weak:
+        return (
+            f"LOOP GUARD: {_code(tool)} has failed the same way for several different "
+            "inputs in a row. If each failure is the answer you were looking for, go on; "
+            "otherwise step back: check what the error says is missing before you try "
+            "more variations."
+        )
     return (
         f"LOOP GUARD: {_code(tool)} keeps returning the identical error although you changed "
         "its arguments: it is failing whatever you pass it, so other arguments will not "

@@ -21,6 +21,7 @@ NOT_RUN = "not_run"  # refused because the request had stopped (not counted)
 IGNORED = "ignored"  # a result the guard does not see (ignored tool or error)
 UNANSWERED = (None, ALLOWED)
 ERROR = "!"  # prefixed to an error result's fingerprint: steps know their errors
+NEAR = "~"  # between a result's fingerprint and its variant (`Result.variant`)
 
 
 class Entry(NamedTuple):
@@ -48,6 +49,9 @@ class Failing(NamedTuple):
     error: str  # the error's outcome (its result fingerprint, marked as an error)
     args: tuple[str, ...]  # the first few args fingerprints it answered: were they varied?
     calls: int  # calls of the tool it answered in a row
+    # Weak evidence: a shell's exit status, or errors alike only once what they quote
+    # of their input was masked. Steered once, never refused.
+    weak: bool = False
 
 
 class Step(NamedTuple):
@@ -77,6 +81,8 @@ class RequestState:
     request_id: str | None = None
     last: Step | None = None
     streak: int = 0
+    variant: str = ""  # the last step's result as returned, when masked (`Result.variant`)
+    near: bool = False  # the streak holds results equal only once masked: near-repeats
     warned: bool = False
     blocks: int = 0
     steer: Steer | None = None  # due before the model's next call
@@ -137,6 +143,10 @@ class RequestState:
             snapshot["last"] = self.last._asdict()
         if self.streak:
             snapshot["streak"] = self.streak
+        if self.variant:
+            snapshot["variant"] = self.variant
+        if self.near:
+            snapshot["near"] = True
         if self.warned:
             snapshot["warned"] = True
         if self.blocks:
@@ -176,7 +186,10 @@ class RequestState:
         if self.available:
             snapshot["available"] = list(self.available)
         if self.failing:
-            snapshot["failing"] = [[e.tool, e.error, list(e.args), e.calls] for e in self.failing]
+            snapshot["failing"] = [
+                [e.tool, e.error, list(e.args), e.calls, *([True] if e.weak else [])]
+                for e in self.failing
+            ]
         if self.changes:
             snapshot["changes"] = [list(step) for step in self.changes]
         if self.since_change >= 0:
@@ -203,6 +216,8 @@ class RequestState:
             request_id=data.get("request_id"),
             last=last,
             streak=int(data.get("streak", 0)),
+            variant=str(data.get("variant", "")),
+            near=bool(data.get("near", False)),
             warned=bool(data.get("warned", False)),
             blocks=int(data.get("blocks", 0)),
             steer=None if steer is None else steer_from_json(steer),
@@ -219,8 +234,8 @@ class RequestState:
             unknown=tuple(data.get("unknown", ())),
             available=tuple(data.get("available", ())),
             failing=tuple(
-                Failing(str(tool), str(error), tuple(args), int(calls))
-                for tool, error, args, calls in data.get("failing", ())
+                Failing(str(tool), str(error), tuple(args), int(calls), bool(weak))
+                for tool, error, args, calls, *weak in data.get("failing", ())
             ),
             changes=tuple(map(Step._make, data.get("changes", ()))),
             since_change=int(data.get("since_change", -1)),
@@ -309,6 +324,8 @@ def clone(state: RequestState) -> RequestState:
     copy.request_id = state.request_id
     copy.last = state.last
     copy.streak = state.streak
+    copy.variant = state.variant
+    copy.near = state.near
     copy.warned = state.warned
     copy.blocks = state.blocks
     copy.steer = state.steer

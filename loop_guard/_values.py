@@ -107,6 +107,10 @@ class Result:
     is_error: bool = False
     available_tools: tuple[str, ...] | None = None
     """Set when the call named a tool that does not exist: the tools that do."""
+    variant: str = ""
+    """Set when `fingerprint` is of the result with its fresh values masked (ids,
+    timestamps, durations; `normalize_fresh`): the result as returned, told apart by a
+    short hash, so that a result equal to another only once masked is a near-repeat."""
 
     @classmethod
     def of(
@@ -115,6 +119,7 @@ class Result:
         *,
         is_error: bool = False,
         available_tools: tuple[str, ...] | None = None,
+        variant: str = "",
     ) -> Result:
         """Build a result from a tool's content (text, content blocks or any value)."""
         result = _new(cls)  # as in `make_call`: a result is made on every step
@@ -122,6 +127,7 @@ class Result:
         _set(result, "fingerprint", result_fingerprint(content, is_error=is_error))
         _set(result, "is_error", is_error)
         _set(result, "available_tools", available_tools)
+        _set(result, "variant", variant)
         return result
 
 

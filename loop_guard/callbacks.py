@@ -232,7 +232,8 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         """Record the failure as an error result. A run stopped by control flow (an
         interrupt, a cancellation) has no result: its call stays open for the run that
         answers it (a resume, a re-run)."""
-        result = error_result(error)
+        tracked = self._tools.get(run_id)
+        result = error_result(error, None if tracked is None else tracked[1].args)
         if result is None:
             self._release(run_id)
         else:
@@ -287,7 +288,8 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
                 session, call = tracked
                 if session.needs_result(call):
                     if result is None:
-                        result = result_of(output, self.guard.config.normalizers(call.tool))
+                        normalizers = self.guard.config.normalizers(call.tool)
+                        result = result_of(output, normalizers, args=call.args)
                     session.record_result(call, result)
         except Exception as error:
             self.guard.report_fault(None, error)

@@ -260,7 +260,7 @@ class GuardedTool(BaseTool):
             session, call = decision.session, decision.call
             if session is not None and call is not None:
                 try:
-                    result = error_result(error)
+                    result = error_result(error, call.args)
                     if result is not None and session.needs_result(call):
                         session.record_result(call, result)
                 except Exception as fault:
@@ -275,7 +275,7 @@ class GuardedTool(BaseTool):
             normalizers = self.guard.config.normalizers(call.tool)
             result = None
             if session.needs_result(call):  # else the handler recorded it already
-                result = result_of(output, normalizers)
+                result = result_of(output, normalizers, args=call.args)
                 session.record_result(call, result)
             deliver = self.deliver_steer
             if deliver is None:
@@ -285,7 +285,7 @@ class GuardedTool(BaseTool):
             steer = session.take_steer()
             if steer is not None:
                 if result is None:
-                    result = result_of(output, normalizers)
+                    result = result_of(output, normalizers, args=call.args)
                 output = _with_steer(output, steer.message, result)
             return _with_record(output, session)
         except Exception as error:  # a fault of the guard: the tool's output goes through

@@ -16,6 +16,7 @@ from loop_guard import (
     Proceed,
     Result,
     ToolPolicy,
+    normalize_fresh,
     normalize_volatile,
 )
 from loop_guard._engine import Engine
@@ -601,10 +602,10 @@ def test_unknown_tool_detection_can_be_turned_off() -> None:
     the calls run."""
     missing = Result.of("Error: no such tool", is_error=True, available_tools=("read",))
     agent = Agent(detect_unknown_tools=False)
-    assert [agent.step("exec", {"cmd": f"c{n}"}, missing) for n in range(6)][-1] == "Block"
+    assert [agent.step("deploy", {"cmd": f"c{n}"}, missing) for n in range(6)][-1] == "Block"
     assert {reason for _, _, reason in agent.stamps} == {"same_error"}
     agent = Agent(detect_unknown_tools=False, detect_same_error=False)
-    assert [agent.step("exec", {"cmd": f"c{n}"}, missing) for n in range(7)] == ["Proceed"] * 7
+    assert [agent.step("deploy", {"cmd": f"c{n}"}, missing) for n in range(7)] == ["Proceed"] * 7
 
 
 # Volatile results -------------------------------------------------------------------------
@@ -615,7 +616,8 @@ def test_volatile_fields_are_normalised_only_when_asked() -> None:
         return f"run 3f2a9c1e-0b7d-4c1a-9e2f-5a6b7c8d{n:04d} at 2026-11-30T01:0{n}:13Z took {n} ms"
 
     assert normalize_volatile(output(1)) == normalize_volatile(output(2))
-    for options, expected in (({}, []), ({"volatile_results": True}, ["warn", "block"])):
+    asked = ({"fresh_results": False}, []), ({"volatile_results": True}, ["warn", "block"])
+    for options, expected in asked:
         agent = Agent(**options)
         config = agent.guard.config
         for n in range(5):
@@ -630,9 +632,9 @@ def test_a_custom_normalizer_per_tool() -> None:
     for n in range(3):
         agent.step("exec", {}, result_of(f"same|cwd=/tmp/run-{n}", config.normalizers("exec")))
         agent.step("other", {}, result_of(f"same|{n}", config.normalizers("other")))
-    assert config.normalizers("other") == ()
+    assert config.normalizers("other") == (normalize_fresh,)
     assert [kind for _, kind, _ in agent.stamps] == []  # "other" changes, so no cycle
-    assert len(config.normalizers("exec")) == 1
+    assert len(config.normalizers("exec")) == 2
 
 
 # Per-tool policy ------------------------------------------------------------------------------
@@ -660,7 +662,7 @@ def test_per_tool_policy_from_the_environment() -> None:
     environ = {"LOOP_GUARD_TOOLS": json.dumps({"poll": {"block_threshold": 30, "volatile": True}})}
     config = LoopGuardConfig.from_env(environ)
     assert config.thresholds("poll") == (3, 30)
-    assert config.normalizers("poll") == (normalize_volatile,)
+    assert config.normalizers("poll") == (normalize_volatile, normalize_fresh)
 
 
 @pytest.mark.parametrize(
@@ -715,7 +717,8 @@ def test_bad_detector_arguments_raise_at_once(options: dict[str, Any]) -> None:
 
 def test_the_environment_turns_detectors_off() -> None:
     environ = {f"LOOP_GUARD_{name}": "off" for name in ("DETECT_CYCLES", "DETECT_INTERLEAVED",
-               "ESCALATE_IGNORED", "DETECT_UNKNOWN_TOOLS", "DETECT_SAME_ERROR")}  # fmt: skip
+               "ESCALATE_IGNORED", "DETECT_UNKNOWN_TOOLS", "DETECT_SAME_ERROR",
+               "FRESH_RESULTS")}  # fmt: skip
     assert LoopGuardConfig.from_env(environ) == LoopGuardConfig.pi()
 
 

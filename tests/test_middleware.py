@@ -143,13 +143,16 @@ def test_mixed_batch_blocks_only_the_repeat() -> None:
 
 
 def test_counters_do_not_leak_into_the_next_request() -> None:
-    """Two repeats in one request and one in the next never add up to a steer."""
+    """Two repeats in one request and two in the next never add up to a streak; a third
+    user turn making the same call is a repeat across turns (each turn counts once)."""
     turns = [[READ_NOTES], [READ_NOTES]]
     agent, _, _ = build(sequence(*turns))
     config = {"configurable": {"thread_id": "t1"}}
-    for _ in range(3):
+    for _ in range(2):
         messages = run(agent, ask(), config, "invoke")
         assert steers(messages) == []
+    messages = run(agent, ask(), config, "invoke")
+    assert ["in 3 of your last turns" in str(m.content) for m in steers(messages)] == [True]
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
