@@ -407,21 +407,22 @@ def _placed(request: ToolCallRequest) -> tuple[Sequence[Call], int] | None:
 
 
 def _config_of(runtime: object) -> RunnableConfig | None:
-    """The run's config: a tool's runtime holds it; a hook's context has it, except in
-    an async hook on Python 3.10 (no context in tasks), where the runtime's execution
-    info names the thread."""
+    """The run's config: a tool's runtime holds it; a hook's runtime names its thread
+    and namespace in its execution info. The context's config is the last resort (older
+    LangGraph): in async code on Python 3.10 it is missing, or a caller's (an agent run
+    inside an async tool would see the tool's), as tasks get no context there."""
     config = getattr(runtime, "config", None)
     if isinstance(config, Mapping):
         return cast("RunnableConfig", config)
+    info = getattr(runtime, "execution_info", None)
+    if info is not None:
+        if info.thread_id is None:
+            return None
+        return {"configurable": {"thread_id": info.thread_id, "checkpoint_ns": info.checkpoint_ns}}
     try:
         return get_config()
     except RuntimeError:
-        info = getattr(runtime, "execution_info", None)
-        thread = getattr(info, "thread_id", None)
-        if thread is None:
-            return None
-        namespace = getattr(info, "checkpoint_ns", "")
-        return {"configurable": {"thread_id": thread, "checkpoint_ns": namespace}}
+        return None
 
 
 def _snapshot_of(state: LoopGuardState[Any]) -> Mapping[str, Any] | None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable
@@ -23,6 +24,26 @@ from loop_guard import GUARD_NAME, LoopGuard, LoopGuardNode, guard_tools
 
 Mode = Literal["invoke", "ainvoke", "stream", "astream"]
 MODES: tuple[Mode, ...] = ("invoke", "ainvoke", "stream", "astream")
+
+needs_async_context = pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason=(
+        "LangGraph: async nodes and hooks get no run context before Python 3.11 (no "
+        "context for asyncio tasks): create_agent's model call has no callbacks, "
+        "interrupt() and custom events find no config"
+    ),
+)
+
+
+def faces_and_modes(faces: Sequence[str], modes: Sequence[str], needs_context: str) -> list[Any]:
+    """Each (face, mode), the async runs of face `needs_context` marked `needs_async_context`."""
+    return [
+        pytest.param(face, mode, marks=needs_async_context)
+        if face == needs_context and mode.startswith("a")
+        else (face, mode)
+        for face in faces
+        for mode in modes
+    ]
 
 
 class ToolRuns:

@@ -33,6 +33,7 @@ from .agents import (
     ask,
     assert_valid_history,
     build_graph,
+    faces_and_modes,
     make_tools,
     run,
     timeline,
@@ -96,8 +97,7 @@ def _run(face: str, script: Script, mode: Mode) -> tuple[list[str], int, list[Ba
 FACES = ["middleware", "graph", "handler"]
 
 
-@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
-@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, ["invoke", "ainvoke"], "handler"))
 @pytest.mark.parametrize("scheme", ["call_0 every turn", "empty"])
 def test_a_reused_id_decides_as_unique_ids_do(face: str, scheme: str, mode: Mode) -> None:
     """One call per turn, always the same id: steered, refused and stopped as with
@@ -113,8 +113,7 @@ def test_a_reused_id_decides_as_unique_ids_do(face: str, scheme: str, mode: Mode
         assert_valid_history(messages)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
 def test_ids_reused_per_turn_with_parallel_calls(face: str, mode: Mode) -> None:
     """Two parallel calls per turn, `call_0` and `call_1` every turn: the same decisions
     as with unique ids, and every call answered once."""

@@ -48,6 +48,7 @@ from .agents import (
     current_request,
     final_stop,
     make_tools,
+    needs_async_context,
     run,
     steers,
     timeline,
@@ -235,7 +236,7 @@ def test_many_conversations_on_one_guard_in_threads_and_event_loops() -> None:
             assert blocked(messages) == [], name
 
 
-@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("mode", ["invoke", pytest.param("ainvoke", marks=needs_async_context)])
 def test_create_agent_with_wrapped_tools_and_the_handler(mode: Mode) -> None:
     """Blocks reach the model as error results; the abort stops the next model call."""
     events: list[GuardEvent] = []

@@ -26,7 +26,16 @@ from langgraph.types import Command
 from loop_guard import LoopGuardMiddleware
 from loop_guard.testing import ScriptedChatModel, sequence, stubborn
 
-from .agents import ToolRuns, ask, assert_valid_history, blocked, final_stop, make_tools, steers
+from .agents import (
+    ToolRuns,
+    ask,
+    assert_valid_history,
+    blocked,
+    final_stop,
+    make_tools,
+    needs_async_context,
+    steers,
+)
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
 LIST_DIR = ("list_dir", {"path": "."})
@@ -120,7 +129,10 @@ def refused_ids(messages: list[BaseMessage]) -> set[str]:
 
 
 @pytest.mark.parametrize("mode", ["batched", "per_call"])
-@pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
+@pytest.mark.parametrize(
+    "sync",
+    [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
+)
 @pytest.mark.parametrize("order", ORDERS)
 def test_a_refused_call_never_reaches_the_human(
     order: Order, sync: bool, mode: InterruptMode

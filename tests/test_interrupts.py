@@ -35,7 +35,9 @@ from .agents import (
     assert_valid_history,
     build_graph,
     current_request,
+    faces_and_modes,
     final_stop,
+    needs_async_context,
     steers,
     timeline,
 )
@@ -105,10 +107,9 @@ def approve_every_call(agent: Any, config: Any, sync: bool) -> tuple[list[BaseMe
     return list(agent.get_state(config).values["messages"]), approvals
 
 
-@pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
-@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, ["invoke", "ainvoke"], "handler"))
 def test_an_approved_call_counts_once_with_its_result_after_the_resume(
-    face: Face, sync: bool
+    face: Face, mode: str
 ) -> None:
     """The human approves each of the stuck model's calls: steered at the 3rd, blocked
     at the 5th, exactly as when nobody is asked; each call is counted with the text it
@@ -117,6 +118,7 @@ def test_an_approved_call_counts_once_with_its_result_after_the_resume(
     events: list[GuardEvent] = []
     runs = ToolRuns()
     agent, config = build(face, [make_fetch(runs, asks_human=True)], events)
+    sync = mode == "invoke"
     messages, approvals = approve_every_call(agent, config, sync)
 
     baseline_events: list[GuardEvent] = []
@@ -137,7 +139,9 @@ def test_an_approved_call_counts_once_with_its_result_after_the_resume(
         assert final_stop(messages) is not None
 
 
-@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(
+    "face", ["node", pytest.param("handler", marks=needs_async_context), "middleware"]
+)
 def test_a_batch_cancelled_mid_run_gives_no_extra_run_after(face: Face) -> None:
     """The 2nd call is cancelled (asyncio) while it runs; run again from its checkpoint,
     the stuck call is steered and blocked as if nothing had been cancelled: 4 finished

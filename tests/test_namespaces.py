@@ -41,7 +41,13 @@ from loop_guard import (
 )
 from loop_guard.testing import Script, ScriptedChatModel, stubborn, tool_calls_message
 
-from .agents import ToolRuns, assert_valid_history, build_graph, make_tools
+from .agents import (
+    ToolRuns,
+    assert_valid_history,
+    build_graph,
+    faces_and_modes,
+    make_tools,
+)
 
 Face = Literal["middleware", "node", "handler"]
 FACES: tuple[Face, ...] = ("middleware", "node", "handler")
@@ -199,8 +205,7 @@ def siblings(
     return builder.compile(checkpointer=InMemorySaver()), runs
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
 def test_a_stuck_worker_is_stopped_alone(face: Face, mode: Mode) -> None:
     """The worker is stopped after its own 4 runs; the supervisor, run again after it,
     works on (it is not stopped, nothing escapes the parent), and the next request on
@@ -225,8 +230,7 @@ def test_a_stuck_worker_is_stopped_alone(face: Face, mode: Mode) -> None:
         assert sorted(conversations.values()) == sorted([STEERED, STOPPED]), conversations
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
 def test_a_worker_does_not_inherit_its_siblings_stop(face: Face, mode: Mode) -> None:
     """The supervisor is stuck and stopped; the worker that runs after it is a new
     conversation: its call runs and it answers, nothing escapes the parent, and the next
@@ -343,8 +347,7 @@ def test_a_subagent_run_inside_a_tool_is_a_conversation_of_its_own(
     assert sorted(conversations.values()) == sorted([STEERED, STOPPED]), conversations
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
 def test_parallel_runs_of_one_subagent_are_apart(face: Face, mode: Mode) -> None:
     """Two parallel tool calls run the same stuck subagent at once: each run is stopped
     after its own 4 runs, in a conversation of its own, and the caller answers."""
@@ -361,8 +364,7 @@ def test_parallel_runs_of_one_subagent_are_apart(face: Face, mode: Mode) -> None
     assert sorted(conversations.values()) == sorted([STEERED, STOPPED, STOPPED]), conversations
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
 def test_a_subagent_run_inside_a_tool_outside_a_thread_is_apart(face: Face, mode: Mode) -> None:
     """Without a thread (no checkpointer) the subagent's run is still a conversation of
     its own, not the caller's top-level run: through the handler its stop used to stop
@@ -401,8 +403,7 @@ class FanOut(TypedDict):
     results: Annotated[list[str], operator.add]
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
 def test_a_stuck_send_branch_ends_alone_and_its_siblings_finish(face: Face, mode: Mode) -> None:
     """Three `Send` branches run one guarded agent; the one whose task is stuck is
     stopped after its own 4 runs and answers with the stop, the healthy ones answer as

@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from loop_guard import GuardEvent, LoopGuard, LoopGuardMiddleware
 from loop_guard.testing import ScriptedChatModel, stubborn
 
-from .agents import ToolRuns, ask, build_graph, make_tools
+from .agents import ToolRuns, ask, build_graph, make_tools, needs_async_context
 
 READ = ("read_file", {"path": "notes.md"})
 KINDS = ["warn", "block", "block", "block", "abort"]
@@ -55,6 +55,7 @@ async def custom_events_of(runnable: Any) -> list[dict[str, Any]]:
     ]
 
 
+@needs_async_context
 @pytest.mark.parametrize("face", ["middleware", "graph"])
 def test_events_appear_in_astream_events(face: str) -> None:
     """astream_events(version="v2") shows each decision as a `loop_guard` custom event."""

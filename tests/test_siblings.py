@@ -177,7 +177,7 @@ def test_cancelling_one_sibling_leaves_the_others_their_result() -> None:
         run = ashared_run(guard, "t", calls[index], calls, body)
         try:
             message = await (asyncio.wait_for(run, timeout) if timeout else run)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # builtin `TimeoutError` only from Python 3.11
             return "timed out"
         return str(message.content)
 

@@ -26,7 +26,7 @@ from langgraph.types import Command
 from loop_guard import LoopGuardMiddleware, aupgrade_thread, upgrade_thread
 from loop_guard.testing import ScriptedChatModel, stubborn
 
-from .agents import ask, assert_valid_history, blocked, final_stop
+from .agents import ask, assert_valid_history, blocked, final_stop, needs_async_context
 
 FIXTURES = Path(__file__).parent / "fixtures" / "upgrade"
 CONFIG: dict[str, Any] = {"configurable": {"thread_id": "t"}}
@@ -117,7 +117,10 @@ def resume(path: Path, *, approval: bool, sync: bool) -> list[BaseMessage]:
 SYNC = pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
 
 
-@SYNC
+@pytest.mark.parametrize(
+    "sync",
+    [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
+)
 @pytest.mark.parametrize(
     "fixture",
     [
