@@ -205,7 +205,8 @@ def test_what_the_turns_remember_survives_a_snapshot() -> None:
         state, _, _ = engine.check_call(state, call)
         state, _ = engine.record_result(state, call, result_of(ToolMessage("42", tool_call_id="c")))
         state = RequestState.from_dict(json.loads(json.dumps(state.to_dict())))
-    assert state.steer is not None and state.steer.reason == "interleaved"
+    assert state.steer is not None
+    assert state.steer.reason == "interleaved"
 
 
 def test_the_configuration_checks_its_new_fields() -> None:
