@@ -1,6 +1,6 @@
 """Replay recorded agent conversations through the guard and score it against labels.
 
-    python -m evals.traces [TRACES_DIR] [--write evals/RESULTS.md]
+    python -m evals.traces [TRACES_DIR] [--write evals/RESULTS.md] [--baseline DIR]
 
 TRACES_DIR holds OpenAI-format conversations and a `labels.json` (see the traces' own
 README); it defaults to `../shared/traces` beside the repository. For each trace and each
@@ -10,7 +10,11 @@ checks the targets:
 
 - every loop trace steered no later than two calls after its `first_loop_call`;
 - the 117-repeat runaway (kimi P1) aborted before its 10th call, kimi P2 blocked;
-- zero blocks on healthy traces, and steers on at most two of them.
+- zero blocks on healthy traces, and a steer on at most one of them.
+
+With `--baseline DIR`, a checkout of an earlier version (`git worktree add DIR COMMIT`), that
+version's default configuration runs on the same traces in a process of its own and gets a
+column before the current default's: the measured before and after.
 
 Then it runs the scenario catalogue (`evals/catalogue.py`) through a real `create_agent`
 with the middleware, under both configurations, and checks each scenario's verdict.
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -94,7 +100,7 @@ def summary(rows: list[Row]) -> dict[str, Any]:
         "loops blocked": f"{sum(r.block is not None for r in loops)}/{len(loops)}",
         "loops stopped": f"{sum(r.stop is not None for r in loops)}/{len(loops)}",
         "healthy with a block (target 0)": sum(r.block is not None for r in healthy),
-        "healthy with a steer (target <= 2)": sum(r.warn is not None for r in healthy),
+        "healthy with a steer (target <= 1)": sum(r.warn is not None for r in healthy),
     }
 
 
@@ -158,16 +164,47 @@ def catalogue_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+_BASELINE = """
+import dataclasses, json, sys
+from pathlib import Path
+from evals.traces import evaluate
+from loop_guard import LoopGuardConfig
+rows = evaluate(Path(sys.argv[1]), LoopGuardConfig())
+print(json.dumps([dataclasses.asdict(row) for row in rows]))
+"""
+
+
+def baseline(traces: Path, checkout: Path) -> tuple[str, list[Row]]:
+    """The default configuration of the version checked out in `checkout`, evaluated on
+    `traces` in a process of its own, named by its commit."""
+    environ = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run(
+        [sys.executable, "-c", _BASELINE, str(traces)],
+        capture_output=True, text=True, check=True, env=environ, cwd=checkout,
+    )  # fmt: skip
+    commit = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    return f"default at {commit}", [Row(**row) for row in json.loads(done.stdout)]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the evaluation; print the table, optionally write it to a file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="?", type=Path, default=DEFAULT_TRACES)
     parser.add_argument("--write", type=Path, help="also write the Markdown table here")
+    parser.add_argument(
+        "--baseline", type=Path, metavar="DIR", help="a checkout of an earlier version"
+    )
     args = parser.parse_args(argv)
     if not (args.traces / "labels.json").is_file():
         print(f"no labels.json in {args.traces}", file=sys.stderr)
         return 2
     results = {name: evaluate(args.traces, config) for name, config in CONFIGS.items()}
+    if args.baseline:
+        name, rows = baseline(args.traces, args.baseline)
+        results = {"pi": results["pi"], name: rows, "default": results["default"]}
     text = (
         table(results)
         + "\n## Scenario catalogue (notes/agent-harnesses.md §7)\n\n"

@@ -20,7 +20,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from evals.catalogue import SCENARIOS, THREAD, Recorder, Scenario, split, toolbox, via_middleware
-from loop_guard import LoopGuard, LoopGuardCallbackHandler, guard_tools
+from loop_guard import LoopGuard, LoopGuardAbort, LoopGuardCallbackHandler, guard_tools
 from loop_guard.testing import ScriptedChatModel
 
 from .agents import assert_valid_history, build_graph, timeline
@@ -29,18 +29,14 @@ from .agents import assert_valid_history, build_graph, timeline
 def via_graph(
     scenario: Scenario, recorder: Recorder, runs: Counter[str], *, sync: bool = True
 ) -> list[Any]:
+    """`guard_tools` + `LoopGuardNode` in a hand-built graph."""
     guard = LoopGuard(on_event=recorder.on_event, **scenario.options)
     checkpointer = InMemorySaver()
-    messages: list[Any] = []
-    for n, part in enumerate(split(scenario.turns, scenario.requests)):
-        model = ScriptedChatModel(script=recorder.script(part))
-        graph = build_graph(model, toolbox(runs), guard, checkpointer=checkpointer)
-        payload = {"messages": [HumanMessage(f"request {n}")]}
-        if sync:
-            messages = graph.invoke(payload, THREAD)["messages"]
-        else:
-            messages = asyncio.run(graph.ainvoke(payload, THREAD))["messages"]
-    return messages
+
+    def graph(model: ScriptedChatModel) -> Any:
+        return build_graph(model, toolbox(runs), guard, checkpointer=checkpointer)
+
+    return _requests(scenario, recorder, graph, THREAD, sync)
 
 
 def via_handler(
@@ -49,28 +45,35 @@ def via_handler(
     """model -> ToolNode(guarded tools) -> model, with the handler on the run (no node)."""
     guard = LoopGuard(on_event=recorder.on_event, **scenario.options)
     checkpointer = InMemorySaver()
-    messages: list[Any] = []
-    for n, part in enumerate(split(scenario.turns, scenario.requests)):
-        model = ScriptedChatModel(script=recorder.script(part))
+
+    def graph(model: ScriptedChatModel) -> Any:
         builder = StateGraph(MessagesState)
-        builder.add_node(
-            "model", lambda state, m=model: {"messages": [m.invoke(state["messages"])]}
-        )
+        builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
         builder.add_node("tools", ToolNode(guard_tools(toolbox(runs), guard)))
         builder.add_edge(START, "model")
         builder.add_conditional_edges("model", tools_condition)
         builder.add_edge("tools", "model")
-        graph = builder.compile(checkpointer=checkpointer)
-        config = {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]}
+        return builder.compile(checkpointer=checkpointer)
+
+    config = {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]}
+    return _requests(scenario, recorder, graph, config, sync)
+
+
+def _requests(
+    scenario: Scenario, recorder: Recorder, make: Any, config: Any, sync: bool
+) -> list[Any]:
+    """Each request of the scenario through a graph `make` builds on its model; the final
+    messages (the checkpointed ones when the handler ended a stopped run by raising)."""
+    messages: list[Any] = []
+    for n, part in enumerate(split(scenario.turns, scenario.requests)):
+        graph = make(ScriptedChatModel(script=recorder.script(part)))
         payload = {"messages": [HumanMessage(f"request {n}")]}
         try:
             if sync:
                 messages = graph.invoke(payload, config)["messages"]
             else:
                 messages = asyncio.run(graph.ainvoke(payload, config))["messages"]
-        except Exception as error:  # the handler ends a stopped run by raising
-            if type(error).__name__ != "LoopGuardAbort":
-                raise
+        except LoopGuardAbort:
             messages = list(graph.get_state(THREAD).values["messages"])
     return messages
 

@@ -17,9 +17,9 @@ def _by_file(rows: list[Row]) -> dict[str, Row]:
 
 
 def test_default_detectors_meet_every_target_on_the_recorded_traces() -> None:
-    """Issue 5's targets: every loop steered no later than two calls after its labelled
-    first loop call; the 117-repeat runaway aborted before its 10th call; the interleaved
-    one blocked; zero blocks on the 30 healthy traces, steers on at most two."""
+    """The targets: every loop steered no later than two calls after its labelled first
+    loop call; the 117-repeat runaway aborted before its 10th call; the interleaved one
+    blocked; zero blocks on the 30 healthy traces, a steer on at most one."""
     rows = evaluate(DEFAULT_TRACES, LoopGuardConfig())
     loops = [row for row in rows if row.kind == "loop"]
     healthy = [row for row in rows if row.kind == "healthy"]
@@ -32,7 +32,7 @@ def test_default_detectors_meet_every_target_on_the_recorded_traces() -> None:
     assert runaway.stop < 10
     assert by_file["kimi-openclaw-P2-r7"].block is not None
     assert [row.file for row in healthy if row.block is not None] == []
-    assert sum(row.warn is not None for row in healthy) <= 2
+    assert sum(row.warn is not None for row in healthy) <= 1
 
 
 def test_pi_mode_is_the_baseline_the_detectors_improve_on() -> None:

@@ -324,8 +324,7 @@ def assert_caller_went_on(messages: Sequence[BaseMessage], delegations: int) -> 
 
 
 @pytest.mark.parametrize("pass_config", [True, False], ids=["config", "no-config"])
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
 def test_a_subagent_run_inside_a_tool_is_a_conversation_of_its_own(
     face: Face, mode: Mode, pass_config: bool
 ) -> None:
