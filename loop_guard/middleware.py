@@ -180,8 +180,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         - When every call of the reply was refused, the refusals join the history
             and the model is asked again at once, so no other middleware ever acts on
             a reply that has nothing left to run. When that call fails, the turn ends
-            with the refusals, and the model sees them on the next step: a retry or
-            fallback around the guard never repeats a turn for a call the guard made.
+            with the refused reply, whose calls the tool node answers with their
+            refusals: a retry or fallback around the guard never repeats a turn for a
+            call the guard made.
         - A reply refused in part keeps its refused calls for the tool node, which
             answers them without running them (`wrap_tool_call`).
         - A stop answers the reply's calls and ends with the guard's final
@@ -189,9 +190,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
 
         What a middleware wrapping this one gets: `result` ends with the model's last
         reply, after the due steer (and the earlier replies and refusals, when the
-        model was asked again); a stop, or the refusals of a reply when asking again
-        failed, follows it in the history through the `Command` of an
-        `ExtendedModelResponse`.
+        model was asked again); a stop follows it in the history through the
+        `Command` of an `ExtendedModelResponse`.
         """
         turn = _Turn(self, request)
         while (model_request := turn.next_request()) is not None:
@@ -485,7 +485,7 @@ class _Turn(Generic[ResponseT]):
         self.added: list[BaseMessage] = []  # what this turn adds to the history, in order
         self.replied = False  # `added` holds a reply of the model
         # What follows the last reply, applied after the result: a stop (the reply's
-        # answers, the message), or the refusals when asking again failed.
+        # answers, the message).
         self.ending: list[BaseMessage] = []
         self.response: ModelResponse[ResponseT] | None = None
         self.changed = False  # the guard's snapshot changed
@@ -540,9 +540,12 @@ class _Turn(Generic[ResponseT]):
         runs the turn again. Asking again after a reply refused in full is the guard's
         own doing: raising there would make such a middleware repeat the whole turn
         (the reply, its refusal, the failing call) until it gives up, throwing the
-        refusals away. The turn ends instead with the refused reply answered, the
-        answers after it in the command as a stop is, and the model sees them on the
-        next step. An interrupt always propagates.
+        refusals away. The turn ends instead with the refused reply, its calls left to
+        the tool node, which answers them with their refusals without running them
+        (`wrap_tool_call`): the model sees them on the next step, and the graph takes
+        its usual way (no jump from the model back to the model, which agents without
+        an `after_model` hook could not take before langchain 1.4). An interrupt always
+        propagates.
         """
         if self.response is None or isinstance(error, GraphBubbleUp):
             return False
@@ -553,7 +556,6 @@ class _Turn(Generic[ResponseT]):
             error,
         )
         last_reply = max(i for i, m in enumerate(self.added) if isinstance(m, AIMessage))
-        self.ending = self.added[last_reply + 1 :]
         del self.added[last_reply + 1 :]
         return True
 

@@ -9,6 +9,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +32,19 @@ needs_async_context = pytest.mark.skipif(
         "LangGraph: async nodes and hooks get no run context before Python 3.11 (no "
         "context for asyncio tasks): create_agent's model call has no callbacks, "
         "interrupt() and custom events find no config"
+    ),
+)
+
+
+def _release(package: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version(package).split(".")[:3] if part.isdigit())
+
+
+interrupt_in_async_tool = pytest.mark.skipif(
+    sys.version_info < (3, 11) and _release("langchain-core") < (1, 4, 8),
+    reason=(
+        "langchain-core before 1.4.8 runs an async tool outside its run's context before "
+        "Python 3.11: interrupt() in the tool finds no config"
     ),
 )
 

@@ -35,8 +35,8 @@ from .agents import (
     assert_valid_history,
     build_graph,
     current_request,
-    faces_and_modes,
     final_stop,
+    interrupt_in_async_tool,
     needs_async_context,
     steers,
     timeline,
@@ -107,7 +107,18 @@ def approve_every_call(agent: Any, config: Any, sync: bool) -> tuple[list[BaseMe
     return list(agent.get_state(config).values["messages"]), approvals
 
 
-@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, ["invoke", "ainvoke"], "handler"))
+@pytest.mark.parametrize(
+    ("face", "mode"),
+    [
+        *((face, "invoke") for face in FACES),
+        *(
+            pytest.param(face, "ainvoke", marks=[interrupt_in_async_tool, *handler])
+            for face, handler in (
+                (f, [needs_async_context] if f == "handler" else []) for f in FACES
+            )
+        ),
+    ],
+)
 def test_an_approved_call_counts_once_with_its_result_after_the_resume(
     face: Face, mode: str
 ) -> None:
