@@ -469,21 +469,8 @@ def _read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str
     """Parse the variables that are set: valid values and error texts, both by field."""
     values: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    parsers: dict[str, Callable[[str], Any]] = {
-        **dict.fromkeys(_BOOLEANS, _parse_bool),
-        "warn_threshold": _parse_threshold,
-        "block_threshold": _parse_threshold,
-        "abort_threshold": _parse_threshold,
-        "max_cycle_period": _parse_threshold,
-        "repeat_window": _parse_threshold,
-        "backstop_threshold": _parse_threshold,
-        "same_error_threshold": _parse_threshold,
-        "near_repeat_patience": _parse_count,
-        "ignore_tools": _parse_names,
-        "tools": _parse_policies,
-    }
-    _warn_misspelt(environ, parsers)
-    for name, parse in parsers.items():
+    _warn_misspelt(environ, _PARSERS)
+    for name, parse in _PARSERS.items():
         variable = ENV_PREFIX + name.upper()
         raw = environ.get(variable)
         if raw is None:
@@ -568,6 +555,34 @@ def _parse_policies(raw: str) -> dict[str, ToolPolicy]:
     return _as_policies(data)
 
 
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    **dict.fromkeys(_BOOLEANS, _parse_bool),
+    "warn_threshold": _parse_threshold,
+    "block_threshold": _parse_threshold,
+    "abort_threshold": _parse_threshold,
+    "max_cycle_period": _parse_threshold,
+    "repeat_window": _parse_threshold,
+    "backstop_threshold": _parse_threshold,
+    "same_error_threshold": _parse_threshold,
+    "near_repeat_patience": _parse_count,
+    "ignore_tools": _parse_names,
+    "tools": _parse_policies,
+}
+
+
+def parse_setting(name: str, raw: str) -> Any:
+    """A setting's value from its text, spelt as its `LOOP_GUARD_*` variable spells it;
+    `ValueError` says what is wrong with the text.
+
+    Example:
+        >>> sorted(parse_setting("ignore_tools", "todo, bash"))
+        ['bash', 'todo']
+        >>> parse_setting("tools", '{"poll": {"block_threshold": 20}}')["poll"].block_threshold
+        20
+    """
+    return _PARSERS[name](raw)
+
+
 def resolve_config(
     config: LoopGuardConfig | None,
     overrides: Mapping[str, Any],
@@ -587,18 +602,50 @@ def resolve_config(
         overrides = {**overrides, "ignore_tools": _as_names(overrides["ignore_tools"])}
     if config is not None:
         return config.replace(**overrides)
-    env_values, env_errors = _read_env(os.environ if environ is None else environ)
-    # An override replaces a bad variable; any bad variable left disables the guard.
-    unresolved = [text for name, text in env_errors.items() if name not in overrides]
+    return layered_config(overrides, os.environ if environ is None else environ)
+
+
+def layered_config(
+    overrides: Mapping[str, Any],
+    environ: Mapping[str, str],
+    *,
+    base: LoopGuardConfig | None = None,
+    strict: bool = False,
+) -> LoopGuardConfig:
+    """`overrides`, over what `base` changes from the defaults, over the `LOOP_GUARD_*`
+    variables, over the defaults.
+
+    A mistake in `overrides` or `base` raises `ValueError`. A bad variable that they do not
+    replace disables the guard and logs one error, so the agent keeps running; with `strict`
+    it raises `ValueError` instead (a scan by a disabled guard would find nothing).
+
+    Example:
+        >>> env = {"LOOP_GUARD_WARN_THRESHOLD": "2", "LOOP_GUARD_DETECT_CYCLES": "yes"}
+        >>> config = layered_config({"block_threshold": 4}, env, base=LoopGuardConfig.pi())
+        >>> config.warn_threshold, config.block_threshold, config.detect_cycles
+        (2, 4, False)
+    """
+    defaults = LoopGuardConfig()
+    if base is not None:  # what it leaves at the defaults, a variable may still set
+        names = [f.name for f in dataclasses.fields(base)]
+        changed = {n: getattr(base, n) for n in names if getattr(base, n) != getattr(defaults, n)}
+        overrides = {**changed, **overrides}
+    env_values, env_errors = _read_env(environ)
+    # An override replaces a bad variable; any bad variable left disables the guard, or raises.
+    unresolved = "; ".join(text for name, text in env_errors.items() if name not in overrides)
+    if unresolved and strict:
+        raise ValueError(unresolved)
     if unresolved:
-        logger.error("loop guard disabled: %s", "; ".join(unresolved))
+        logger.error("loop guard disabled: %s", unresolved)
         return LoopGuardConfig(enabled=False)
     try:
-        return LoopGuardConfig().replace(**{**env_values, **overrides})
+        return defaults.replace(**{**env_values, **overrides})
     except ValueError as error:
-        LoopGuardConfig().replace(**overrides)  # wrong arguments on their own: raise
+        defaults.replace(**overrides)  # wrong on their own: raise that alone
         variables = ", ".join(f"{ENV_PREFIX}{name.upper()}={value!r}" for name, value in
                               env_values.items() if name not in overrides)  # fmt: skip
+        if strict:
+            raise ValueError(f"{error} (with {variables})") from error
         logger.error("loop guard disabled by the environment (%s): %s", variables, error)
         return LoopGuardConfig(enabled=False)
 

@@ -11,13 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loop_guard._config import (
-    ENV_PREFIX,
-    LoopGuardConfig,
-    _parse_names,
-    _parse_policies,
-    _read_env,
-)
+from loop_guard._config import ENV_PREFIX, LoopGuardConfig, layered_config, parse_setting
 
 _SETTING = "setting_"  # the argparse dest prefix of the LoopGuardConfig flags
 
@@ -162,41 +156,21 @@ def _scan_config(args: argparse.Namespace, environ: Mapping[str, str]) -> LoopGu
     Unlike a guard, which disables itself on a bad variable and lets the agent run, the
     scan refuses: a disabled guard would report every conversation as clean.
     """
-    defaults = LoopGuardConfig()
     flags: dict[str, Any] = {}
     for field in dataclasses.fields(LoopGuardConfig):
         value = getattr(args, _SETTING + field.name)
-        if value is None:
-            continue
-        if isinstance(getattr(defaults, field.name), frozenset):
-            value = _parse_names(value)
-        elif isinstance(getattr(defaults, field.name), Mapping):
+        if isinstance(value, str):  # names and the tools' JSON: spelt as their variables
             try:
-                value = _parse_policies(value)
+                value = parse_setting(field.name, value)
             except ValueError as error:
                 msg = f"--{field.name.replace('_', '-')}: {error}"
                 raise ValueError(msg) from error
-        flags[field.name] = value
-    chosen = dict(flags)
-    if args.pi:
-        pi = LoopGuardConfig.pi()
-        fields = dataclasses.fields(pi)
-        changed = {f.name: getattr(pi, f.name) for f in fields}
-        changed = {k: v for k, v in changed.items() if v != getattr(defaults, k)}
-        chosen = {**changed, **flags}
-    variables, errors = _read_env(environ)
-    bad = [text for name, text in errors.items() if name not in chosen]
-    if bad:
-        raise ValueError("; ".join(bad))
-    try:
-        config = defaults.replace(**{**variables, **chosen})
-    except ValueError as error:
-        defaults.replace(**chosen)  # wrong on their own: that message alone
-        used = ", ".join(f"{ENV_PREFIX}{name.upper()}={value!r}"
-                         for name, value in variables.items() if name not in chosen)  # fmt: skip
-        raise ValueError(f"{error} (with {used})") from error
+        if value is not None:
+            flags[field.name] = value
+    base = LoopGuardConfig.pi() if args.pi else None
+    config = layered_config(flags, environ, base=base, strict=True)
     if not config.enabled:
-        source = "--no-enabled" if "enabled" in chosen else f"{ENV_PREFIX}ENABLED"
+        source = "--no-enabled" if "enabled" in flags else f"{ENV_PREFIX}ENABLED"
         msg = f"the guard is disabled ({source}): a scan would report every conversation clean"
         raise ValueError(msg)
     return config

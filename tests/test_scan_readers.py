@@ -707,7 +707,7 @@ def test_an_old_checkpoint_package_is_refused_not_trusted(
     def fake(name: str) -> str:
         return "4.0.3" if name == "langgraph-checkpoint" else real(name)
 
-    monkeypatch.setattr(loop_guard.scan.metadata, "version", fake)
+    monkeypatch.setattr(metadata, "version", fake)
     status, out, err = scan(str(agent_database))
     assert status == 2
     assert "langgraph-checkpoint 4.0.3" in err
