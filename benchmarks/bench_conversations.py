@@ -82,7 +82,7 @@ def engine_part(count: int) -> tuple[list[list[str]], dict[str, float]]:
             [
                 f"{count:,} conversations through a guard capped at {count // 2:,}",
                 size_text(kept),
-                f"{len(capped._states):,} held",
+                f"{len(capped._conversations.states):,} held",
             ]
         )
         guard_big = LoopGuard()
@@ -102,7 +102,7 @@ def engine_part(count: int) -> tuple[list[list[str]], dict[str, float]]:
 
 
 def _held(guard: LoopGuard, handler: LoopGuardCallbackHandler | None) -> int:
-    size = deep_size(guard._states)
+    size = deep_size(guard._conversations.states)
     if handler is not None:
         size += deep_size(handler._runs, handler._tools, handler._claimed)
     return size
@@ -130,7 +130,7 @@ def agent_part(count: int) -> list[list[str]]:
         rows.append(
             [
                 label,
-                f"{len(guard._states):,}",
+                f"{len(guard._conversations.states):,}",
                 size_text(held),
                 size_text(held / count),
                 f"{failures} failed" if failures else "ok",
@@ -148,7 +148,7 @@ def agent_part(count: int) -> list[list[str]]:
     rows.append(
         [
             "create_agent + LoopGuardMiddleware, thread ids",
-            f"{len(middleware.guard._states):,}",
+            f"{len(middleware.guard._conversations.states):,}",
             size_text(held),
             size_text(held / count),
             f"{failures} failed" if failures else "ok",

@@ -142,10 +142,10 @@ def soak(face: str, seconds: float, tasks_per_round: int, min_rounds: int) -> bo
         f"{face}: {rounds} rounds, {conversations} conversations, {problems} deviations, "
         f"{errors} guard errors, retained memory {samples[0] / 1024:.0f} KiB -> "
         f"{samples[-1] / 1024:.0f} KiB ({growth / 1024:+.1f} KiB per round), "
-        f"guard holds {len(guard._states)} conversations"
+        f"guard holds {len(guard._conversations.states)} conversations"
     )
     # Memory may rise until the conversation bound is reached, then must level off.
-    levelled = len(guard._states) < BOUND or growth < 16 * 1024
+    levelled = len(guard._conversations.states) < BOUND or growth < 16 * 1024
     return problems == 0 and errors == 0 and levelled
 
 

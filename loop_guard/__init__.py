@@ -20,7 +20,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from loop_guard._config import LoopGuardConfig, Normalizer, ToolPolicy
-from loop_guard._guard import GuardEvent, GuardStats, LoopGuard
+from loop_guard._events import GuardEvent, GuardStats
+from loop_guard._guard import LoopGuard
 from loop_guard._messages import GUARD_NAME
 from loop_guard._values import (
     Block,

@@ -1,138 +1,25 @@
-"""`LoopGuard`: the engine plus per-conversation state, events and logging."""
+"""`LoopGuard`: the engine plus per-conversation state; `Session`: one conversation's
+transitions. The guard's events and counters: `_events.py`."""
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, final
+from typing import Any, TypeVar, final
 
 from loop_guard._config import LoopGuardConfig, annotation_hint, resolve_config
 from loop_guard._engine import Engine
+from loop_guard._events import Events, EventSink, GuardStats
+from loop_guard._events import GuardEvent as GuardEvent  # re-exported: scan.py imports it here
 from loop_guard._siblings import SharedRuns
 from loop_guard._state import RequestState
-from loop_guard._values import Block, Call, Decision, Proceed, Reason, Result, Steer, Stop
-
-logger = logging.getLogger("loop_guard")
+from loop_guard._values import Block, Call, Decision, Proceed, Result, Steer, Stop
 
 _T = TypeVar("_T")
 
 _SNAPSHOTS_KEPT = 256  # the latest snapshot of as many conversations, at least
 _CATCH_UP_TRIES = 4  # other threads' transitions interleaved with a catch-up, at most
-
-EventKind = Literal["warn", "block", "abort", "terminate", "error"]
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GuardEvent:
-    """A warning, block or stop, as passed to `on_event` and logged on `loop_guard`.
-
-    Attributes:
-        kind: `'warn'`, `'block'`, `'abort'`, `'terminate'`, or `'error'` when the
-            guard itself failed on an event (the agent went on unguarded for it).
-        conversation: The conversation key: the thread id, followed by the graph's
-            namespace in a subgraph or subagent (`"t|worker:<task id>"`); outside a
-            thread, `"run:<top-level run id>"` or `"request:<request id>"`.
-        tool: The repeated tool.
-        args: The repeated call's args (`None` when not known, e.g. after a restore).
-        streak: Identical steps in a row when the event happened (for a cycle: its
-            laps; for an interleaved repeat: its occurrences in the window).
-        blocks: Calls blocked so far in this request.
-        message: The exact text shown: to the model for warn and block, to the user
-            for abort and terminate.
-        reason: For warn and block, the detector that fired: `'repeat'` (the
-            streak), `'cycle'`, `'interleaved'`, `'returned'` (also the backstop's
-            blocks), `'unknown_tool'` or `'same_error'`; `None` for stops and errors.
-
-    Example:
-        >>> events = []
-        >>> guard = LoopGuard(on_event=events.append, warn_threshold=2)
-        >>> for _ in range(2):
-        ...     call = Call.of("ls", {"path": "/"})
-        ...     _ = guard.check_call("thread-1", call)
-        ...     guard.record_result("thread-1", call, Result.of("empty"))
-        >>> events[0].kind, events[0].tool, events[0].streak
-        ('warn', 'ls', 2)
-    """
-
-    kind: EventKind
-    conversation: str
-    tool: str
-    args: Any
-    streak: int
-    blocks: int
-    message: str
-    reason: Reason | None = None
-
-    @classmethod
-    def of(cls, conversation: str, decision: Block | Steer | Stop) -> GuardEvent:
-        """The event for one of the engine's decisions."""
-        kind: EventKind
-        reason: Reason | None = None
-        match decision:
-            case Steer():
-                kind, blocks, reason = "warn", 0, decision.reason
-            case Block():
-                kind, blocks, reason = "block", decision.blocks, decision.reason
-            case Stop():
-                kind, blocks = decision.kind, decision.blocks
-        return cls(
-            kind=kind,
-            conversation=conversation,
-            tool=decision.call.tool,
-            args=decision.call.args,
-            streak=decision.streak,
-            blocks=blocks,
-            message=decision.message,
-            reason=reason,
-        )
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GuardStats:
-    """Counters a guard keeps since it was created (see `LoopGuard.stats`).
-
-    Attributes:
-        calls: Tool calls the guard decided on.
-        warnings: Steer messages issued.
-        blocks: Calls refused.
-        aborts: Requests ended by the abort threshold.
-        terminations: Requests ended by `use_terminate`.
-        errors: Events the guard failed on and let through unguarded.
-        by_tool: The same counters per tool name (errors under `""`).
-
-    Example:
-        >>> guard = LoopGuard(warn_threshold=1, block_threshold=2)
-        >>> for _ in range(2):
-        ...     call = Call.of("ls", {})
-        ...     if isinstance(guard.check_call("t", call), Proceed):
-        ...         guard.record_result("t", call, Result.of("same"))
-        >>> stats = guard.stats
-        >>> stats.calls, stats.warnings, stats.blocks, stats.by_tool["ls"]["blocks"]
-        (2, 1, 1, 1)
-    """
-
-    calls: int = 0
-    warnings: int = 0
-    blocks: int = 0
-    aborts: int = 0
-    terminations: int = 0
-    errors: int = 0
-    by_tool: Mapping[str, Mapping[str, int]]
-
-
-_COUNTERS = ("calls", "warnings", "blocks", "aborts", "terminations", "errors")
-_COUNTER_OF_KIND = {
-    "warn": "warnings",
-    "block": "blocks",
-    "abort": "aborts",
-    "terminate": "terminations",
-    "error": "errors",
-}
 
 
 @final
@@ -174,7 +61,7 @@ class LoopGuard:
         self,
         config: LoopGuardConfig | None = None,
         *,
-        on_event: Callable[[GuardEvent], object] | None = None,
+        on_event: EventSink | None = None,
         max_conversations: int = 10_000,
         **overrides: Any,
     ) -> None:
@@ -188,20 +75,30 @@ class LoopGuard:
             msg = f"on_event must be callable, got {handler!r}"
             raise ValueError(msg)
         self.engine = Engine(resolve_config(config, overrides))
-        self.on_event = on_event
-        self.max_conversations = max_conversations
-        self._states: OrderedDict[str, RequestState] = OrderedDict()
-        self._lock = threading.Lock()
-        self._sinks: tuple[Callable[[GuardEvent], object], ...] = ()
-        self._counts: Counter[tuple[str, str]] = Counter()  # (tool, counter) -> n
+        self._events = Events(on_event=on_event, limit=max_conversations)
+        self._conversations = _Conversations(max_conversations)
+        self._snapshots = _Snapshots()
         self.siblings = SharedRuns()  # identical siblings share one run (`dedupe_siblings`)
-        self._node_served: set[str] = set()  # conversations a `LoopGuardNode` steers
-        # Per conversation: the turn last published and what it published (`emit_once`).
-        self._published: OrderedDict[str, tuple[object, set[object]]] = OrderedDict()
-        # Snapshots written lately, by id, with the states they were written from.
-        self._snapshots: OrderedDict[int, tuple[Mapping[str, Any], RequestState]] = OrderedDict()
-        self.node_attached = False  # set by `LoopGuardNode`: a graph node steers for it
+        self._node_attached = False
         self.tool_names: frozenset[str] | None = None  # see `add_tools`
+
+    @property
+    def on_event(self) -> EventSink | None:
+        """The callable given as `on_event`; may be replaced."""
+        return self._events.on_event
+
+    @on_event.setter
+    def on_event(self, on_event: EventSink | None) -> None:
+        self._events.on_event = on_event
+
+    @property
+    def max_conversations(self) -> int:
+        """The bound given as `max_conversations`; may be changed."""
+        return self._conversations.limit
+
+    @max_conversations.setter
+    def max_conversations(self, limit: int) -> None:
+        self._conversations.limit = self._events.limit = limit
 
     def add_tools(self, tools: Iterable[object]) -> None:
         """Make these tools known: names, or tool objects (`guard_tools` and the
@@ -229,7 +126,7 @@ class LoopGuard:
             hint = annotation_hint(getattr(tool, "metadata", None))
             if hint is not None:
                 hints[name] = hint
-        with self._lock:
+        with self._conversations.lock:  # the engine learns between transitions
             self.tool_names = frozenset((*(self.tool_names or ()), *names))
             if hints:
                 self.engine.learn(hints)
@@ -242,24 +139,25 @@ class LoopGuard:
     @property
     def stats(self) -> GuardStats:
         """A snapshot of the counters: calls decided, warnings, blocks and stops."""
-        with self._lock:
-            counts = dict(self._counts)
-        by_tool: dict[str, dict[str, int]] = {}
-        totals: Counter[str] = Counter()
-        for (tool, counter), n in counts.items():
-            by_tool.setdefault(tool, dict.fromkeys(_COUNTERS, 0))[counter] = n
-            totals[counter] += n
-        return GuardStats(by_tool=by_tool, **{name: totals[name] for name in _COUNTERS})
+        return self._events.stats
 
-    def subscribe(self, sink: Callable[[GuardEvent], object]) -> None:
+    def subscribe(self, sink: EventSink) -> None:
         """Also send every event to `sink` (idempotent); adapters use it for tracing."""
-        with self._lock:
-            if sink not in self._sinks:
-                self._sinks = (*self._sinks, sink)
+        self._events.subscribe(sink)
+
+    def attach_node(self) -> None:
+        """Say that a graph node (`LoopGuardNode`) delivers this guard's steers, so that
+        the guarded tools leave them to it (`node_attached`)."""
+        self._node_attached = True
+
+    @property
+    def node_attached(self) -> bool:
+        """Whether a graph node delivers this guard's steers (`attach_node`)."""
+        return self._node_attached
 
     def session(self, conversation: str) -> Session:
         """The transitions of one conversation whose state this guard keeps."""
-        return Session(self, conversation)
+        return self._session(conversation, None)
 
     def detached(self, conversation: str, snapshot: Mapping[str, Any] | None) -> Session:
         """The transitions of a conversation whose state the caller keeps, as a snapshot
@@ -269,31 +167,24 @@ class LoopGuard:
         when the caller runs the same transitions again on the same snapshot (a retried
         model call); then read the new `snapshot()`.
         """
-        return Session(self, conversation, self._restored(snapshot))
+        return self._session(conversation, self._snapshots.read(snapshot))
+
+    def _session(self, conversation: str, state: RequestState | None) -> Session:
+        return Session(
+            conversation,
+            state,
+            engine=self.engine,
+            events=self._events,
+            conversations=self._conversations,
+            snapshots=self._snapshots,
+        )
 
     def _refuses_any(self, snapshot: Mapping[str, Any] | None) -> bool:
         """Whether a call of the latest responses in a snapshot was refused (blocked,
         or not run): what a tool node asks before every call, answered without a
         conversation's session."""
-        state = self._restored(snapshot)
+        state = self._snapshots.read(snapshot)
         return any(entry.block is not None for entry in (*state.batch, *state.settled))
-
-    def _restored(self, snapshot: Mapping[str, Any] | None) -> RequestState:
-        """The state of a snapshot; one this guard wrote is not parsed again."""
-        known = self._snapshots.get(id(snapshot))  # atomic; an entry is never changed
-        if known is not None and known[0] is snapshot:
-            return known[1]
-        return RequestState.from_dict(snapshot)
-
-    def _snapshot(self, state: RequestState) -> dict[str, Any]:
-        """`state`'s snapshot, remembered with it, so that reading it back costs nothing
-        while the caller hands the same snapshot back (the next hook of the agent)."""
-        snapshot = state.to_dict()
-        with self._lock:
-            self._snapshots[id(snapshot)] = (snapshot, state)  # held: its id stays its own
-            if len(self._snapshots) > _SNAPSHOTS_KEPT:
-                self._snapshots.popitem(last=False)
-        return snapshot
 
     def start_request(self, conversation: str, request_id: str) -> None:
         """Begin a request, unless `request_id` is the conversation's current request.
@@ -305,10 +196,8 @@ class LoopGuard:
 
     def end_request(self, conversation: str) -> None:
         """Forget a conversation whose request has finished (frees its memory)."""
-        with self._lock:
-            self._states.pop(conversation, None)
-            self._node_served.discard(conversation)
-            self._published.pop(conversation, None)
+        self._conversations.forget(conversation)
+        self._events.forget(conversation)
 
     def open_batch(self, conversation: str, calls: Sequence[Call]) -> None:
         """Declare the calls of one model response, in the model's order (SPEC §4)."""
@@ -342,53 +231,6 @@ class LoopGuard:
         """The `Stop` that ended the conversation's current request, if any."""
         return self.session(conversation).stop
 
-    def _tally(self, conversation: str, decisions: Iterable[Decision]) -> list[GuardEvent]:
-        """Count each decision (under `_lock`); the events of its warnings, blocks and
-        stops, to be published (`_publish_all`) once the lock is released."""
-        events = []
-        for decision in decisions:
-            if isinstance(decision, Proceed):  # the common case: counted, nothing to tell
-                self._counts[decision.call.tool, "calls"] += 1
-                continue
-            if isinstance(decision, Block):
-                self._counts[decision.call.tool, "calls"] += 1
-            event = GuardEvent.of(conversation, decision)
-            self._counts[event.tool, _COUNTER_OF_KIND[event.kind]] += 1
-            events.append(event)
-        return events
-
-    def _publish_all(self, events: Iterable[GuardEvent]) -> None:
-        """Log and publish each event to `on_event` and every subscribed sink; a failing
-        receiver is logged, never passed on to the agent."""
-        for event in events:
-            # Steers and blocks are routine (INFO); a stopped request deserves a WARNING.
-            level = logging.INFO if event.kind in ("warn", "block") else logging.WARNING
-            self._publish(event, level)
-
-    def _emit_once(self, conversation: str, turn: object, decisions: Iterable[Decision]) -> None:
-        """Count and publish `decisions`, except what this conversation's `turn` published already.
-
-        For adapters whose hooks other middleware may run again with the same input
-        (a model call retried, or handed to a fallback model): the decisions they reach
-        again are published, and counted, once (SPEC §5). `turn` names the point of the
-        request the decisions were reached at (its request and counted steps).
-        """
-        fresh = []
-        with self._lock:
-            published_turn, published = self._published.pop(conversation, (None, set()))
-            if published_turn != turn:
-                published = set()
-            for decision in decisions:
-                key = _once_key(decision)
-                if key not in published:
-                    published.add(key)
-                    fresh.append(decision)
-            self._published[conversation] = (turn, published)
-            while len(self._published) > self.max_conversations:
-                self._published.popitem(last=False)
-            events = self._tally(conversation, fresh)
-        self._publish_all(events)
-
     def report_fault(self, conversation: str | None, error: BaseException) -> None:
         """The guard failed on an event: the agent goes on unguarded for that event.
 
@@ -396,48 +238,75 @@ class LoopGuard:
         events are judged normally. Adapters call it instead of letting a fault of the
         guard reach the agent.
         """
-        event = GuardEvent(
-            kind="error",
-            conversation=conversation or "",
-            tool="",
-            args=None,
-            streak=0,
-            blocks=0,
-            message=f"{type(error).__name__}: {error}",
-        )
+        self._events.fault(conversation, error)
+
+
+@final
+class _Conversations:
+    """The request state of each conversation a guard keeps, the least recently used
+    first and at most `limit`, and the conversations a graph node steers."""
+
+    __slots__ = ("limit", "lock", "node_served", "states")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.lock = threading.Lock()  # held by every transition, detached ones too
+        self.states: OrderedDict[str, RequestState] = OrderedDict()
+        self.node_served: set[str] = set()  # conversations a `LoopGuardNode` steers
+
+    def get(self, conversation: str) -> RequestState:
+        """The state held for `conversation`, or a fresh one; no lock: reading a dict
+        entry is atomic, and a stored state is never changed."""
+        return self.states.get(conversation) or _FRESH
+
+    def store(self, conversation: str, state: RequestState) -> None:
+        """Keep `state` as the conversation's latest (under `lock`)."""
+        self.states[conversation] = state
+        self.states.move_to_end(conversation)
+        while len(self.states) > self.limit:
+            forgotten, _ = self.states.popitem(last=False)
+            self.node_served.discard(forgotten)
+
+    def forget(self, conversation: str) -> None:
+        """Drop a finished conversation's state."""
+        with self.lock:
+            self.states.pop(conversation, None)
+            self.node_served.discard(conversation)
+
+    def serve_by_node(self, conversation: str) -> None:
+        """A graph node steers `conversation`, while its state is held."""
+        with self.lock:
+            if conversation in self.states:
+                self.node_served.add(conversation)
+
+
+@final
+class _Snapshots:
+    """Snapshots written lately, by id, with the states they were written from, so that
+    reading one back costs nothing while the caller hands the same snapshot back (the
+    next hook of the agent)."""
+
+    __slots__ = ("_lock", "_written")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._written: OrderedDict[int, tuple[Mapping[str, Any], RequestState]] = OrderedDict()
+
+    def read(self, snapshot: Mapping[str, Any] | None) -> RequestState:
+        """The state of a snapshot; one written here is not parsed again."""
+        known = self._written.get(id(snapshot))  # atomic; an entry is never changed
+        if known is not None and known[0] is snapshot:
+            return known[1]
+        return RequestState.from_dict(snapshot)
+
+    def write(self, state: RequestState) -> dict[str, Any]:
+        """`state`'s snapshot, remembered with it."""
+        snapshot = state.to_dict()
         with self._lock:
-            self._counts["", "errors"] += 1
-        self._publish(event, logging.ERROR, error)
-
-    def _publish(self, event: GuardEvent, level: int, error: BaseException | None = None) -> None:
-        logger.log(
-            level,
-            "loop guard %s: tool=%s streak=%d blocks=%d conversation=%s%s",
-            event.kind,
-            event.tool,
-            event.streak,
-            event.blocks,
-            event.conversation,
-            "; the guard failed and let this event through unguarded" if error else "",
-            exc_info=error,
-            extra={"loop_guard_event": event},
-        )
-        receivers = self._sinks if self.on_event is None else (self.on_event, *self._sinks)
-        for receiver in receivers:
-            try:
-                receiver(event)
-            except Exception:
-                logger.exception("loop guard event receiver %r failed", receiver)
-
-    def _state(self, conversation: str) -> RequestState:
-        return self._states.get(conversation) or _FRESH
-
-    def _store(self, conversation: str, state: RequestState) -> None:
-        self._states[conversation] = state
-        self._states.move_to_end(conversation)
-        while len(self._states) > self.max_conversations:
-            forgotten, _ = self._states.popitem(last=False)
-            self._node_served.discard(forgotten)
+            self._written[id(snapshot)] = (snapshot, state)  # held: its id stays its own
+            if len(self._written) > _SNAPSHOTS_KEPT:
+                self._written.popitem(last=False)
+        return snapshot
 
 
 @final
@@ -460,13 +329,32 @@ class Session:
         (2, 1)
     """
 
-    __slots__ = ("_decisions", "_detached", "_engine", "_guard", "_state", "conversation")
+    __slots__ = (
+        "_conversations",
+        "_decisions",
+        "_detached",
+        "_engine",
+        "_events",
+        "_snapshots",
+        "_state",
+        "conversation",
+    )
 
     def __init__(
-        self, guard: LoopGuard, conversation: str, state: RequestState | None = None
+        self,
+        conversation: str,
+        state: RequestState | None,
+        *,
+        engine: Engine,
+        events: Events,
+        conversations: _Conversations,
+        snapshots: _Snapshots,
     ) -> None:
-        self._guard = guard
-        self._engine = guard.engine
+        """A guard's collaborators for one conversation; `state` when the caller keeps it."""
+        self._engine = engine
+        self._events = events
+        self._conversations = conversations
+        self._snapshots = snapshots
         self.conversation = conversation
         self._detached = state is not None
         self._state = _FRESH if state is None else state  # unused when the guard keeps it
@@ -478,19 +366,18 @@ class Session:
         if self._decisions:
             turn = (self._state.request_id, self._state.counted)
             decisions, self._decisions = self._decisions, []
-            self._guard._emit_once(self.conversation, turn, decisions)
+            self._events.publish_once(self.conversation, turn, decisions)
 
     def snapshot(self) -> dict[str, Any]:
         """The state as a JSON-safe snapshot (`RequestState.to_dict`)."""
-        return self._guard._snapshot(self.state)
+        return self._snapshots.write(self.state)
 
     @property
     def state(self) -> RequestState:
         """The conversation's current request state."""
         if self._detached:
             return self._state
-        # No lock: reading a dict entry is atomic, and a stored state is never changed.
-        return self._guard._state(self.conversation)
+        return self._conversations.get(self.conversation)
 
     @property
     def stop(self) -> Stop | None:
@@ -526,13 +413,11 @@ class Session:
     @property
     def served_by_node(self) -> bool:
         """Whether a graph node delivers this conversation's steers (`serve_by_node`)."""
-        return self.conversation in self._guard._node_served
+        return self.conversation in self._conversations.node_served
 
     def serve_by_node(self) -> None:
         """A graph node delivers this conversation's steers as messages of their own."""
-        with self._guard._lock:
-            if self.conversation in self._guard._states:
-                self._guard._node_served.add(self.conversation)
+        self._conversations.serve_by_node(self.conversation)
 
     def verdict_of(self, call: Call) -> Proceed | Block | Stop | None:
         """The verdict `call` already had, or `None` when it was not decided yet."""
@@ -610,37 +495,38 @@ class Session:
         outside the lock (it may replay a long history); its answer is kept only if no
         other thread changed the state meanwhile, else it is asked again.
         """
-        guard = self._guard
+        conversations = self._conversations
         for _ in range(_CATCH_UP_TRIES):
-            with guard._lock:
-                held = self._state if self._detached else guard._states.get(self.conversation)
+            with conversations.lock:
+                held = (
+                    self._state if self._detached else conversations.states.get(self.conversation)
+                )
             fresh = update(held)
             if fresh is None:
                 return
-            with guard._lock:
+            with conversations.lock:
                 if self._detached:
                     self._state = fresh
                     return
-                if guard._states.get(self.conversation) is held:
-                    guard._store(self.conversation, fresh)
+                if conversations.states.get(self.conversation) is held:
+                    conversations.store(self.conversation, fresh)
                     return
 
     def _run(
         self, step: Callable[[RequestState], tuple[RequestState, _T, Sequence[Decision]]]
     ) -> _T:
         """Run one transition atomically, keep its state and publish its decisions."""
-        guard = self._guard
+        conversations = self._conversations
         if self._detached:
-            with guard._lock:
+            with conversations.lock:
                 self._state, value, decisions = step(self._state)
             self._decisions.extend(decisions)
             return value
-        with guard._lock:
-            state, value, decisions = step(guard._state(self.conversation))
-            guard._store(self.conversation, state)
-            events = guard._tally(self.conversation, decisions) if decisions else ()
-        if events:
-            guard._publish_all(events)
+        with conversations.lock:
+            state, value, decisions = step(conversations.get(self.conversation))
+            conversations.store(self.conversation, state)
+        if decisions:
+            self._events.publish(self.conversation, decisions)
         return value
 
 
@@ -652,18 +538,3 @@ def _no_value(
 ) -> tuple[RequestState, None, Sequence[Decision]]:
     state, decisions = transition
     return state, None, decisions
-
-
-def _once_key(decision: Decision) -> object:
-    """What makes a decision the same decision when a turn is run again: a refusal, a
-    steer or a stop by what it says (a retried model may give its calls new ids); a call
-    let through by its id."""
-    match decision:
-        case Proceed():
-            return ("proceed", decision.call.key)
-        case Block():
-            return ("block", decision.call.tool, decision.blocks, decision.message)
-        case Steer():
-            return ("steer", decision.call.tool, decision.message)
-        case Stop():
-            return ("stop", decision.kind, decision.message)

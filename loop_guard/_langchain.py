@@ -1,5 +1,5 @@
 """Reading LangChain messages and tool outputs into the engine's terms, and writing the
-guard's own messages and events back.
+guard's own messages back (its events: `_langchain_sink.py`).
 
 Shared by every adapter, so each one reads a response's calls and a tool's result the
 same way (conversations: `_conversation.py`; requests and replays: `_history.py`).
@@ -8,24 +8,21 @@ same way (conversations: `_conversation.py`; requests and replays: `_history.py`
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-from langchain_core.callbacks.manager import dispatch_custom_event
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
-from langgraph.config import get_stream_writer
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE
 from langgraph.types import Command
 
 from loop_guard import _messages
 from loop_guard._config import Normalizer
-from loop_guard._fingerprint import args_fingerprint, result_fingerprint
-from loop_guard._guard import GuardEvent, LoopGuard, Session
+from loop_guard._fingerprint import result_fingerprint
+from loop_guard._guard import LoopGuard, Session
 from loop_guard._messages import GUARD_NAME
 from loop_guard._siblings import original_of, original_output
 from loop_guard._values import Call, Result, Stop, reports_error
@@ -46,43 +43,6 @@ RESULT_KEY = "loop_guard_result"
 STATE_KEY = "loop_guard_state"
 """`response_metadata` key of a guarded tool's result: the conversation's state once the
 result was recorded (`RequestState.to_dict`), which outlives a history cut short."""
-
-
-def dispatch_event(event: GuardEvent) -> None:
-    """Publish a guard event as the LangChain custom event `loop_guard`, and on
-    LangGraph's `custom` stream.
-
-    It then shows in `astream_events(version="v2")`, in tracing under the run the event
-    happened in, and to `stream(..., stream_mode="custom")` (a LangGraph server's
-    clients included), as a JSON-safe dict with `"event": "loop_guard"`. Outside any
-    run there is nowhere to publish it, so nothing is.
-    """
-    payload = event_payload(event)
-    try:
-        dispatch_custom_event(GUARD_NAME, payload)
-    except RuntimeError:
-        return  # not inside a run (the engine used on its own)
-    try:
-        write = get_stream_writer()
-    except (RuntimeError, KeyError):
-        return  # a run, but not a LangGraph graph: no stream to write to
-    write(payload)
-
-
-def event_payload(event: GuardEvent) -> dict[str, Any]:
-    """A guard event as a JSON-safe dict (args in the guard's canonical JSON form)."""
-    args = None if event.args is None else json.loads(args_fingerprint(event.args))
-    return {
-        "event": GUARD_NAME,
-        "kind": event.kind,
-        "reason": event.reason,
-        "conversation": event.conversation,
-        "tool": event.tool,
-        "args": args,
-        "streak": event.streak,
-        "blocks": event.blocks,
-        "message": event.message,
-    }
 
 
 def calls_of(message: AIMessage) -> tuple[Call, ...]:

@@ -20,12 +20,12 @@ from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     answers_to,
     calls_of,
-    dispatch_event,
     error_result,
     last_batch,
     result_of,
     stop_messages,
 )
+from loop_guard._langchain_sink import dispatch_event
 from loop_guard._messages import GUARD_NAME
 from loop_guard._values import Call, LoopGuardAbort, Result, Stop
 

@@ -20,13 +20,13 @@ from loop_guard._langchain import (
     answers_to,
     block_message,
     calls_of,
-    dispatch_event,
     is_marked,
     last_batch,
     messages_of,
     results_of,
     stop_messages,
 )
+from loop_guard._langchain_sink import dispatch_event
 from loop_guard._values import Block, Call, Proceed, Steer, Stop
 
 
@@ -88,7 +88,7 @@ class LoopGuardNode:
         self.messages_key = messages_key
         self._next_node_found = next_node == END
         guard.subscribe(dispatch_event)
-        guard.node_attached = True
+        guard.attach_node()
 
     def __call__(self, state: Any, config: RunnableConfig) -> Command[Any]:
         """Record the last batch; continue with a steer if due, or end the request."""

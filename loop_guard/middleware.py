@@ -35,7 +35,6 @@ from loop_guard._langchain import (
     block_message,
     call_keys,
     calls_of,
-    dispatch_event,
     keys_of,
     last_batch,
     messages_of,
@@ -45,6 +44,7 @@ from loop_guard._langchain import (
     stop_messages,
     tool_names,
 )
+from loop_guard._langchain_sink import dispatch_event
 from loop_guard._state import SCHEMA_VERSION, migrate
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer
 

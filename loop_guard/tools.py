@@ -27,7 +27,6 @@ from loop_guard._langchain import (
     STEER_MARK,
     ashared_run,
     calls_of,
-    dispatch_event,
     error_result,
     last_batch,
     messages_of,
@@ -36,6 +35,7 @@ from loop_guard._langchain import (
     shared_run,
     tool_message_of,
 )
+from loop_guard._langchain_sink import dispatch_event
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Result, Stop
 
 RUNTIME_ARG = "loop_guard_runtime"

@@ -14,6 +14,7 @@ import loop_guard
 CORE = [
     "_config",
     "_engine",
+    "_events",
     "_fingerprint",
     "_guard",
     "_messages",

@@ -355,9 +355,9 @@ def test_conversations_beyond_the_limit_are_forgotten() -> None:
     guard = LoopGuard(max_conversations=2)
     for thread in ("t1", "t2", "t3"):
         guard.start_request(thread, "r")
-    assert list(guard._states) == ["t2", "t3"]
+    assert list(guard._conversations.states) == ["t2", "t3"]
     guard.end_request("t2")
-    assert list(guard._states) == ["t3"]
+    assert list(guard._conversations.states) == ["t3"]
 
 
 def test_a_failing_on_event_callback_never_reaches_the_agent(

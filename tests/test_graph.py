@@ -307,7 +307,7 @@ def test_handler_without_a_thread_keys_the_run() -> None:
     assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
     assert {e.conversation for e in events} == {events[0].conversation}
     assert events[0].conversation.startswith("run:")
-    assert guard._states == {}  # the finished run's state was released
+    assert guard._conversations.states == {}  # the finished run's state was released
 
 
 def test_guard_messages_never_start_a_request() -> None:
@@ -373,13 +373,13 @@ def test_the_handler_keeps_a_thread_across_its_runs_and_frees_a_run_outside_one(
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
     handler = LoopGuardCallbackHandler(guard)
     build_graph(model, make_tools(runs), guard).invoke(ask(), {"callbacks": [handler]})
-    assert guard._states == {}
+    assert guard._conversations.states == {}
     runs.counts.clear()
     graph = build_graph(model, make_tools(runs), guard, checkpointer=InMemorySaver())
     config = {**THREAD, "callbacks": [handler]}
     for request in (1, 2):
         messages = graph.invoke(ask(), config)["messages"]
-        assert list(guard._states) == [THREAD["configurable"]["thread_id"]]
+        assert list(guard._conversations.states) == [THREAD["configurable"]["thread_id"]]
         assert runs.counts["read_file"] == 4 * request
         assert len(blocked(current_request(messages))) == 3
 
@@ -404,15 +404,16 @@ def test_memory_proves_it_is_current_before_it_is_used() -> None:
         ]
 
     here, elsewhere = LoopGuard(), LoopGuard()
+    kept = here._conversations.states  # what `here` holds, by conversation
     history: list[Any] = [HumanMessage("one", id="h1"), *response(1)]
     for guard in (here, elsewhere):
         announce(guard, "t", history)
         for call in (Call.of("ls", {}, id="call_0", key="a1#0"),):
             guard.check_call("t", call)
             guard.record_result("t", call, Result.of("x"))
-    held = here._states["t"]
+    held = kept["t"]
     announce(here, "t", history)
-    assert here._states["t"] is held  # current: kept as it is
+    assert kept["t"] is held  # current: kept as it is
     for n in (2, 3):  # another process runs two more steps and delivers the steer
         history += response(n)
         announce(elsewhere, "t", history)
@@ -422,19 +423,19 @@ def test_memory_proves_it_is_current_before_it_is_used() -> None:
     assert elsewhere.take_steer("t") is not None
     history.append(HumanMessage("steer", name="loop_guard", id="s1"))
     announce(here, "t", history)
-    assert here._states["t"].to_dict() == elsewhere._states["t"].to_dict()
-    assert here._states["t"].streak == 3
+    assert kept["t"].to_dict() == elsewhere._conversations.states["t"].to_dict()
+    assert kept["t"].streak == 3
     assert here.take_steer("t") is None
-    caught_up = here._states["t"]
+    caught_up = kept["t"]
     announce(here, "t", [HumanMessage("Summarise this conversation.")])  # a summarizer's call
-    assert here._states["t"] is caught_up
+    assert kept["t"] is caught_up
     summary = HumanMessage("summary", id="s", additional_kwargs={"lc_source": "summarization"})
     announce(here, "t", [summary, *history[-3:]])
-    assert here._states["t"] is caught_up
+    assert kept["t"] is caught_up
     history.append(HumanMessage("two", id="h2"))
     announce(here, "t", history)
-    assert here._states["t"].request_id == "h2"
-    assert here._states["t"].streak == 0
+    assert kept["t"].request_id == "h2"
+    assert kept["t"].streak == 0
 
 
 @pytest.mark.parametrize("dedupe", [False, True])

@@ -129,7 +129,7 @@ def test_counters_through_the_graph() -> None:
 def test_the_engine_alone_dispatches_nothing_and_does_not_fail() -> None:
     """Outside a LangChain run there is no custom event to dispatch; nothing breaks."""
     from loop_guard import Call, Result
-    from loop_guard._langchain import dispatch_event
+    from loop_guard._langchain_sink import dispatch_event
 
     guard = LoopGuard(warn_threshold=1, block_threshold=2)
     guard.subscribe(dispatch_event)

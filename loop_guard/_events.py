@@ -1,0 +1,289 @@
+"""A guard's events and counters: what it tells about the decisions it reaches.
+
+`Events` counts each decision and publishes the events of its warnings, blocks and
+stops to the `loop_guard` logger, to `on_event` and to every subscribed sink (the
+adapters subscribe `_langchain_sink.dispatch_event`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, final
+
+from loop_guard._values import Block, Decision, Proceed, Reason, Steer, Stop
+
+logger = logging.getLogger("loop_guard")
+
+EventKind = Literal["warn", "block", "abort", "terminate", "error"]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuardEvent:
+    """A warning, block or stop, as passed to `on_event` and logged on `loop_guard`.
+
+    Attributes:
+        kind: `'warn'`, `'block'`, `'abort'`, `'terminate'`, or `'error'` when the
+            guard itself failed on an event (the agent went on unguarded for it).
+        conversation: The conversation key: the thread id, followed by the graph's
+            namespace in a subgraph or subagent (`"t|worker:<task id>"`); outside a
+            thread, `"run:<top-level run id>"` or `"request:<request id>"`.
+        tool: The repeated tool.
+        args: The repeated call's args (`None` when not known, e.g. after a restore).
+        streak: Identical steps in a row when the event happened (for a cycle: its
+            laps; for an interleaved repeat: its occurrences in the window).
+        blocks: Calls blocked so far in this request.
+        message: The exact text shown: to the model for warn and block, to the user
+            for abort and terminate.
+        reason: For warn and block, the detector that fired: `'repeat'` (the
+            streak), `'cycle'`, `'interleaved'`, `'returned'` (also the backstop's
+            blocks), `'unknown_tool'` or `'same_error'`; `None` for stops and errors.
+
+    Example:
+        >>> from loop_guard import Call, LoopGuard, Result
+        >>> events = []
+        >>> guard = LoopGuard(on_event=events.append, warn_threshold=2)
+        >>> for _ in range(2):
+        ...     call = Call.of("ls", {"path": "/"})
+        ...     _ = guard.check_call("thread-1", call)
+        ...     guard.record_result("thread-1", call, Result.of("empty"))
+        >>> events[0].kind, events[0].tool, events[0].streak
+        ('warn', 'ls', 2)
+    """
+
+    kind: EventKind
+    conversation: str
+    tool: str
+    args: Any
+    streak: int
+    blocks: int
+    message: str
+    reason: Reason | None = None
+
+    @classmethod
+    def of(cls, conversation: str, decision: Block | Steer | Stop) -> GuardEvent:
+        """The event for one of the engine's decisions."""
+        kind: EventKind
+        reason: Reason | None = None
+        match decision:
+            case Steer():
+                kind, blocks, reason = "warn", 0, decision.reason
+            case Block():
+                kind, blocks, reason = "block", decision.blocks, decision.reason
+            case Stop():
+                kind, blocks = decision.kind, decision.blocks
+        return cls(
+            kind=kind,
+            conversation=conversation,
+            tool=decision.call.tool,
+            args=decision.call.args,
+            streak=decision.streak,
+            blocks=blocks,
+            message=decision.message,
+            reason=reason,
+        )
+
+
+EventSink = Callable[[GuardEvent], object]
+"""A receiver of events: `on_event`, or a sink an adapter subscribes."""
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuardStats:
+    """Counters a guard keeps since it was created (see `LoopGuard.stats`).
+
+    Attributes:
+        calls: Tool calls the guard decided on.
+        warnings: Steer messages issued.
+        blocks: Calls refused.
+        aborts: Requests ended by the abort threshold.
+        terminations: Requests ended by `use_terminate`.
+        errors: Events the guard failed on and let through unguarded.
+        by_tool: The same counters per tool name (errors under `""`).
+
+    Example:
+        >>> from loop_guard import Call, LoopGuard, Proceed, Result
+        >>> guard = LoopGuard(warn_threshold=1, block_threshold=2)
+        >>> for _ in range(2):
+        ...     call = Call.of("ls", {})
+        ...     if isinstance(guard.check_call("t", call), Proceed):
+        ...         guard.record_result("t", call, Result.of("same"))
+        >>> stats = guard.stats
+        >>> stats.calls, stats.warnings, stats.blocks, stats.by_tool["ls"]["blocks"]
+        (2, 1, 1, 1)
+    """
+
+    calls: int = 0
+    warnings: int = 0
+    blocks: int = 0
+    aborts: int = 0
+    terminations: int = 0
+    errors: int = 0
+    by_tool: Mapping[str, Mapping[str, int]]
+
+
+_COUNTERS = ("calls", "warnings", "blocks", "aborts", "terminations", "errors")
+_COUNTER_OF_KIND = {
+    "warn": "warnings",
+    "block": "blocks",
+    "abort": "aborts",
+    "terminate": "terminations",
+    "error": "errors",
+}
+
+
+@final
+class Events:
+    """Counts a guard's decisions and publishes the events of its warnings, blocks and
+    stops: logged, then sent to `on_event` and every subscribed sink. A failing
+    receiver is logged, never passed on to the agent.
+
+    Example:
+        >>> from loop_guard import Call, Steer
+        >>> events = Events(on_event=lambda event: print(event.kind, event.tool), limit=10)
+        >>> events.publish("t", [Steer(call=Call.of("ls", {}), streak=2, message="Stop.")])
+        warn ls
+        >>> events.stats.warnings
+        1
+    """
+
+    __slots__ = ("_counts", "_lock", "_published", "_sinks", "limit", "on_event")
+
+    def __init__(self, *, on_event: EventSink | None, limit: int) -> None:
+        self.on_event = on_event
+        self.limit = limit  # conversations whose published decisions are remembered
+        self._lock = threading.Lock()
+        self._sinks: tuple[EventSink, ...] = ()
+        self._counts: Counter[tuple[str, str]] = Counter()  # (tool, counter) -> n
+        # Per conversation: the turn last published and what it published (`publish_once`).
+        self._published: OrderedDict[str, tuple[object, set[object]]] = OrderedDict()
+
+    @property
+    def stats(self) -> GuardStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            counts = dict(self._counts)
+        by_tool: dict[str, dict[str, int]] = {}
+        totals: Counter[str] = Counter()
+        for (tool, counter), n in counts.items():
+            by_tool.setdefault(tool, dict.fromkeys(_COUNTERS, 0))[counter] = n
+            totals[counter] += n
+        return GuardStats(by_tool=by_tool, **{name: totals[name] for name in _COUNTERS})
+
+    def subscribe(self, sink: EventSink) -> None:
+        """Also send every event to `sink` (idempotent)."""
+        with self._lock:
+            if sink not in self._sinks:
+                self._sinks = (*self._sinks, sink)
+
+    def publish(self, conversation: str, decisions: Iterable[Decision]) -> None:
+        """Count `decisions` and publish the events of their warnings, blocks and stops."""
+        with self._lock:
+            events = self._tally(conversation, decisions)
+        self._send_all(events)
+
+    def publish_once(self, conversation: str, turn: object, decisions: Iterable[Decision]) -> None:
+        """`publish` `decisions`, except what this conversation's `turn` published already.
+
+        For adapters whose hooks other middleware may run again with the same input
+        (a model call retried, or handed to a fallback model): the decisions they reach
+        again are published, and counted, once (SPEC §5). `turn` names the point of the
+        request the decisions were reached at (its request and counted steps).
+        """
+        fresh = []
+        with self._lock:
+            published_turn, published = self._published.pop(conversation, (None, set()))
+            if published_turn != turn:
+                published = set()
+            for decision in decisions:
+                key = _once_key(decision)
+                if key not in published:
+                    published.add(key)
+                    fresh.append(decision)
+            self._published[conversation] = (turn, published)
+            while len(self._published) > self.limit:
+                self._published.popitem(last=False)
+            events = self._tally(conversation, fresh)
+        self._send_all(events)
+
+    def forget(self, conversation: str) -> None:
+        """Forget what a finished conversation published."""
+        with self._lock:
+            self._published.pop(conversation, None)
+
+    def fault(self, conversation: str | None, error: BaseException) -> None:
+        """Count and publish an `error` event for a fault of the guard, logged as one
+        ERROR with the traceback."""
+        event = GuardEvent(
+            kind="error",
+            conversation=conversation or "",
+            tool="",
+            args=None,
+            streak=0,
+            blocks=0,
+            message=f"{type(error).__name__}: {error}",
+        )
+        with self._lock:
+            self._counts["", "errors"] += 1
+        self._send(event, logging.ERROR, error)
+
+    def _tally(self, conversation: str, decisions: Iterable[Decision]) -> list[GuardEvent]:
+        """Count each decision (under `_lock`); the events of its warnings, blocks and
+        stops, to be sent (`_send_all`) once the lock is released."""
+        events = []
+        for decision in decisions:
+            if isinstance(decision, Proceed):  # the common case: counted, nothing to tell
+                self._counts[decision.call.tool, "calls"] += 1
+                continue
+            if isinstance(decision, Block):
+                self._counts[decision.call.tool, "calls"] += 1
+            event = GuardEvent.of(conversation, decision)
+            self._counts[event.tool, _COUNTER_OF_KIND[event.kind]] += 1
+            events.append(event)
+        return events
+
+    def _send_all(self, events: Iterable[GuardEvent]) -> None:
+        for event in events:
+            # Steers and blocks are routine (INFO); a stopped request deserves a WARNING.
+            level = logging.INFO if event.kind in ("warn", "block") else logging.WARNING
+            self._send(event, level)
+
+    def _send(self, event: GuardEvent, level: int, error: BaseException | None = None) -> None:
+        logger.log(
+            level,
+            "loop guard %s: tool=%s streak=%d blocks=%d conversation=%s%s",
+            event.kind,
+            event.tool,
+            event.streak,
+            event.blocks,
+            event.conversation,
+            "; the guard failed and let this event through unguarded" if error else "",
+            exc_info=error,
+            extra={"loop_guard_event": event},
+        )
+        receivers = self._sinks if self.on_event is None else (self.on_event, *self._sinks)
+        for receiver in receivers:
+            try:
+                receiver(event)
+            except Exception:
+                logger.exception("loop guard event receiver %r failed", receiver)
+
+
+def _once_key(decision: Decision) -> object:
+    """What makes a decision the same decision when a turn is run again: a refusal, a
+    steer or a stop by what it says (a retried model may give its calls new ids); a call
+    let through by its id."""
+    match decision:
+        case Proceed():
+            return ("proceed", decision.call.key)
+        case Block():
+            return ("block", decision.call.tool, decision.blocks, decision.message)
+        case Steer():
+            return ("steer", decision.call.tool, decision.message)
+        case Stop():
+            return ("stop", decision.kind, decision.message)
