@@ -11,7 +11,6 @@ from typing import Any, TypeVar, final
 from loop_guard._config import LoopGuardConfig, annotation_hint, resolve_config
 from loop_guard._engine import Engine
 from loop_guard._events import Events, EventSink, GuardStats
-from loop_guard._events import GuardEvent as GuardEvent  # re-exported: scan.py imports it here
 from loop_guard._siblings import SharedRuns
 from loop_guard._state import RequestState
 from loop_guard._values import Block, Call, Decision, Proceed, Result, Steer, Stop

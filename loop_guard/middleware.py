@@ -28,7 +28,8 @@ from typing_extensions import NotRequired, override
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._conversation import ConversationKey, thread_of
-from loop_guard._guard import GuardEvent, LoopGuard, Session
+from loop_guard._events import GuardEvent
+from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     answers_to,
     ashared_run,

@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import Engine
-from loop_guard._guard import GuardEvent
+from loop_guard._events import GuardEvent
 from loop_guard._history import is_user_message, replay
 from loop_guard._langchain import keys_of
 from loop_guard._readers import (
