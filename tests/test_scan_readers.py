@@ -692,7 +692,7 @@ def test_the_extras_declare_a_checkpoint_floor_with_safe_deserialization(
     for extra in ("sqlite", "postgres"):
         assert "langgraph-checkpoint>=4.1.1" in floors[extra]
         assert "langchain-core>=1.2.5" in floors[extra]  # its Reviver(allowed_objects=...)
-    assert "langgraph-checkpoint-sqlite>=3.0.2" in floors["sqlite"]
+    assert "langgraph-checkpoint-sqlite>=3.0.3" in floors["sqlite"]  # works with aiosqlite 0.22
     assert "langgraph-checkpoint-postgres>=3.0.4" in floors["postgres"]
     assert "psycopg>=3.2.1" in floors["postgres"]  # 3.2.0[binary] asks for a missing 3.2.0.dev1
     assert loop_guard.scan.CHECKPOINT_FLOOR == (4, 1, 1)
