@@ -39,6 +39,16 @@ DUPLICATE_MARK = "duplicate"
 
 RESULT_KEY = "loop_guard_result"
 """`response_metadata` key of a steered tool result: the fingerprint of what the tool returned."""
+_VARIANT = "~"  # in a `RESULT_KEY` record, between the fingerprint and the variant
+
+
+def result_record(result: Result) -> str:
+    """A result as a steered or shared message keeps it (`RESULT_KEY`), for `result_of`
+    to read back as the same result: its fingerprint and its variant."""
+    return (
+        f"{result.fingerprint}{_VARIANT}{result.variant}" if result.variant else result.fingerprint
+    )
+
 
 STATE_KEY = "loop_guard_state"
 """`response_metadata` key of a guarded tool's result: the conversation's state once the
@@ -193,7 +203,8 @@ def result_of(
         is_error = output.status == "error"
         recorded = output.response_metadata.get(RESULT_KEY)
         if isinstance(recorded, str):  # a steered result: what the tool itself returned
-            return Result(fingerprint=recorded, is_error=is_error)
+            fingerprint, _, variant = recorded.partition(_VARIANT)
+            return Result(fingerprint=fingerprint, is_error=is_error, variant=variant)
         content = output.content
         if isinstance(content, str) and output.tool_call_id and output.tool_call_id in content:
             # The id the model gave the call is no part of what happened: an answer that
@@ -294,7 +305,7 @@ def duplicate_of(
     metadata = {
         **message.response_metadata,
         "loop_guard": DUPLICATE_MARK,
-        RESULT_KEY: result_of(message, normalizers).fingerprint,
+        RESULT_KEY: result_record(result_of(message, normalizers, args=original.args)),
     }
     return message.model_copy(
         update={

@@ -113,7 +113,9 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         self.messages_key = messages_key
         guard.subscribe(dispatch_event)
         logging.getLogger("langchain_core.callbacks.manager").addFilter(_QUIET_STOPS)
-        self._tools: dict[UUID, tuple[Session, Call]] = {}
+        # Per tool run: its session, its call, and the args it ran with (a call taken from
+        # a restored state keeps no args; an error is read with the args it quotes masked).
+        self._tools: dict[UUID, tuple[Session, Call, Any]] = {}
         self._claiming = threading.Lock()
         # Per conversation: the calls of its latest responses a tool run answers already.
         self._claimed: OrderedDict[str, set[str]] = OrderedDict()
@@ -215,10 +217,11 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
                 name = str((serialized or {}).get("name") or kwargs.get("name") or "")
                 tool_call_id = kwargs.get("tool_call_id")
                 call = self._claim(session, tool_call_id, name)
+                args = inputs if inputs is not None else input_str
                 if call is None:  # a call no response showed (a tool invoked directly)
-                    args = inputs if inputs is not None else input_str
                     call = Call.of(name, args, id=tool_call_id)
-                self._tools[run_id] = (session, call)
+                # The model's args where the call still has them, as the other faces read.
+                self._tools[run_id] = (session, call, args if call.args is None else call.args)
         except Exception as error:
             self.guard.report_fault(str(key), error)
 
@@ -233,7 +236,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         interrupt, a cancellation) has no result: its call stays open for the run that
         answers it (a resume, a re-run)."""
         tracked = self._tools.get(run_id)
-        result = error_result(error, None if tracked is None else tracked[1].args)
+        result = error_result(error, None if tracked is None else tracked[2])
         if result is None:
             self._release(run_id)
         else:
@@ -276,7 +279,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         that answers it later (after a resume) claims it again."""
         tracked = self._tools.get(run_id)
         if tracked is not None:
-            session, call = tracked
+            session, call, _ = tracked
             with self._claiming:
                 self._claimed.get(session.conversation, set()).discard(call.key)
         self._end(run_id)
@@ -285,11 +288,11 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         tracked = self._tools.pop(run_id, None)
         try:
             if tracked is not None:
-                session, call = tracked
+                session, call, args = tracked
                 if session.needs_result(call):
                     if result is None:
                         normalizers = self.guard.config.normalizers(call.tool)
-                        result = result_of(output, normalizers, args=call.args)
+                        result = result_of(output, normalizers, args=args)
                     session.record_result(call, result)
         except Exception as error:
             self.guard.report_fault(None, error)

@@ -32,6 +32,7 @@ from loop_guard._langchain import (
     messages_of,
     position_of,
     result_of,
+    result_record,
     shared_run,
     tool_message_of,
 )
@@ -469,7 +470,7 @@ def _with_steer(output: Any, steer: str, result: Result) -> Any:
             if isinstance(content, str)
             else [*content, {"type": "text", "text": steer}]
         )
-        metadata = {**output.response_metadata, RESULT_KEY: result.fingerprint}
+        metadata = {**output.response_metadata, RESULT_KEY: result_record(result)}
         message = output.model_copy(update={"content": steered, "response_metadata": metadata})
         return _marked(message, STEER_MARK)
     if isinstance(output, Command):

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -380,20 +380,26 @@ def test_workers_alternating_step_by_step(pool: Pool, new_thread: Any) -> None:
 
 def test_the_next_request_on_the_other_worker_starts_fresh(pool: Pool, new_thread: Any) -> None:
     """After A's request was stopped, B runs the thread's next request and A the one after:
-    each decides like the first (the guard starts over at each user message)."""
+    each decides as the same request on one worker does (the streak starts over at each
+    user message; the third turn making the same failing call is a repeat across turns)."""
     a, b = pool.pair()
-    drive = Driver(new_thread())
-    drive(a, "start")
-    drive(a, "finish")
-    first = drive.result()
-    assert_guarded(first, pool.face)
-    for worker, requests in ((b, 2), (a, 3)):
-        before = drive.last["timeline"]
-        drive.runs, drive.model_calls, drive.log = Counter(), 0, []
-        drive(worker, "start")
-        drive(worker, "finish")
-        run = drive.result()
-        assert run.timeline[: len(before)] == before, "the earlier requests were rewritten"
-        this = Run(run.timeline[len(before) :], run.runs, run.model_calls, run.aborted, run.log)
-        assert_same_decisions(this, first, f"request {requests} on {worker.name}")
-        assert count(run.timeline, ASK) == requests
+
+    def requests(workers: Sequence[Worker]) -> list[Run]:
+        drive, done, before = Driver(new_thread()), [], []
+        for worker in workers:
+            drive.runs, drive.model_calls, drive.log = Counter(), 0, []
+            drive(worker, "start")
+            drive(worker, "finish")
+            run = drive.result()
+            assert run.timeline[: len(before)] == before, "the earlier requests were rewritten"
+            rest = run.timeline[len(before) :]
+            done.append(Run(rest, run.runs, run.model_calls, run.aborted, run.log))
+            before = list(run.timeline)
+        assert count(before, ASK) == len(workers)
+        return done
+
+    alone = requests([a, a, a])
+    assert_guarded(alone[0], pool.face)
+    for n, (this, reference) in enumerate(zip(requests([a, b, a]), alone, strict=True)):
+        assert_same_decisions(this, reference, f"request {n + 1} on {(a, b, a)[n].name}")
+    assert "in 3 of your last turns" in "\n".join(alone[2].timeline)
