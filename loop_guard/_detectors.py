@@ -282,9 +282,9 @@ def cycle_thresholds(config: LoopGuardConfig, steps: tuple[Step, ...]) -> tuple[
 
 def window(state: RequestState, size: int) -> tuple[Step, ...]:
     """The last `size` steps counted in this request since its last new change."""
-    limit = min(size, state.counted)
-    if state.since_change >= 0:
-        limit = min(limit, state.since_change)
+    limit = size if size < state.counted else state.counted  # not `min`: on every step
+    if 0 <= state.since_change < limit:
+        limit = state.since_change
     return state.recent[len(state.recent) - limit :] if limit else ()
 
 

@@ -110,7 +110,15 @@ class Engine:
         'Block'
     """
 
-    __slots__ = ("_follows_changes", "_no_runs", "_periods", "config", "hints", "memory")
+    __slots__ = (
+        "_changing",
+        "_follows_changes",
+        "_no_runs",
+        "_periods",
+        "config",
+        "hints",
+        "memory",
+    )
 
     config: LoopGuardConfig
     memory: int
@@ -128,10 +136,14 @@ class Engine:
         # Changes matter to the detectors that look past other calls.
         self._follows_changes = config.detect_interleaved or config.escalate_ignored
         self.hints: Mapping[str, bool] = {}  # per tool: changes state, by its annotations
+        # Per tool: whether it changes state, decided on its first successful call (its
+        # name's words are parsed once, not on every step); `learn` starts it afresh.
+        self._changing: dict[str, bool] = {}
 
     def learn(self, hints: Mapping[str, bool]) -> None:
         """Add what tools say of themselves: whether each changes state (MCP annotations)."""
         self.hints = {**self.hints, **hints}
+        self._changing = {}
 
     def start_request(self, previous: RequestState | None, request_id: str | None) -> RequestState:
         """A fresh state for a new request of a conversation (SPEC §5).
@@ -371,12 +383,17 @@ class Engine:
         the interleaved detector looks only past the change, and the backstop and the
         escalation of steered calls start again (a broken or missing tool's do not).
         """
-        config, hints = self.config, self.hints
+        changing = self._changing
         found = -1
         for index, entry in enumerate(ran):
-            outcome = str(entry.outcome)
+            if str(entry.outcome).startswith(ERROR):  # first: a made-up tool is never cached
+                continue
             tool = entry.call.tool
-            if outcome.startswith(ERROR) or not config.changes_state(tool, hints.get(tool)):
+            changes = changing.get(tool)
+            if changes is None:
+                changes = self.config.changes_state(tool, self.hints.get(tool))
+                changing[tool] = changes
+            if not changes:
                 continue
             step = self._step(state, entry)
             if step in state.changes:
@@ -529,8 +546,10 @@ class Engine:
             if len(runs) != len(periods):  # new request, or another max_cycle_period
                 runs = self._no_runs
             state.runs = tuple(
-                run + 1 if counted >= period and recent[-period] == step else 0
-                for period, run in zip(periods, runs, strict=True)
+                [
+                    run + 1 if counted >= period and recent[-period] == step else 0
+                    for period, run in zip(periods, runs, strict=True)
+                ]
             )
         elif periods:
             state.runs = self._no_runs
@@ -563,9 +582,12 @@ class Engine:
         """
         if state.runs == self._no_runs:  # no step is the one a period back: the common case
             return None
+        recent = state.recent
+        if not recent or recent.count(recent[-1]) == len(recent):  # a streak: laps of one step
+            return None
         for period, run in zip(self._periods, state.runs, strict=False):
             if run >= period:
-                steps = state.recent[-period:]
+                steps = recent[-period:]
                 if len(set(steps)) > 1:
                     return steps, (run + period) // period
         return None
