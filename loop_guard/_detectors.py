@@ -65,7 +65,8 @@ def streak(
     returning: bool,
 ) -> Steer | None:
     """The same step repeated up to the tool's steer threshold, once per streak."""
-    if state.warned or state.streak < warn + patience(config, state):
+    # The plain threshold first: most steps are below it, and need no patience.
+    if state.warned or state.streak < warn or state.streak < warn + patience(config, state):
         return None
     if step.args == UNKNOWN_ARGS:
         text = _messages.unknown_tool_steer_text(step.tool, state.available, state.streak)

@@ -471,7 +471,8 @@ class Engine:
         # without a result are invisible. A blocked last call changes nothing: a block
         # never resets the streak (SPEC §3.2), even beside calls that ran.
         ran: list[Entry] = []
-        counts_step = errors = False
+        counts_step = errors = changes = False
+        changing = self._changing
         for entry in entries:
             outcome = entry.outcome
             if outcome is None or outcome in _INVISIBLE:  # `None` first: it narrows the type
@@ -480,11 +481,13 @@ class Engine:
             if counts_step:
                 ran.append(entry)
                 errors = errors or outcome.startswith(ERROR)
+                # A tool known not to change state needs no following.
+                changes = changes or changing.get(entry.call.tool) is not False
         broken: tuple[str, ...] = ()
         # Only when some tool is failing: a healthy step costs one look at its outcome.
         if config.detect_same_error and (state.failing or errors):
             broken = self._follow_errors(state, ran)
-        change = self._follow_changes(state, ran) if self._follows_changes else -1
+        change = self._follow_changes(state, ran) if changes and self._follows_changes else -1
         siblings = ran[:-1] if counts_step else ran
         if siblings and config.escalate_ignored and state.steered:
             # Each run of a call the model was steered away from counts toward its
