@@ -11,12 +11,13 @@ the counted steps built up: the streak of identical steps, the recent steps and 
 runs that make cycles, the calls the model was steered away from, the tools found
 missing or failing whatever their args.
 
-There are four transitions. `open_batch` declares a response's calls; `check_call`
+The transitions follow a batch. `open_batch` declares a response's calls; `check_call`
 decides one call before it runs (the refusal detectors); `record_result` answers it;
 the last answer settles the batch, whose last call in the model's order is the counted
 step (`_count`), and the steer detectors then look at it. A call no response declared
-joins a batch of its own. A block never resets the streak; enough blocks stop the
-request, and a stopped request refuses everything.
+joins an undeclared batch, or starts one once the last is settled (a serial call). A
+block never resets the streak; enough blocks stop the request, and a stopped request
+refuses everything.
 
 The detectors live in `_detectors`, in the order they are tried: the steers `streak`,
 `returned`, `cycle`, `interleaved` (and `steer_broken` for the tools a batch showed
@@ -25,7 +26,8 @@ the first to fire wins, the most specific evidence first, so a loop is reported 
 by the detector that names it best; each detector records what keeps it from firing
 twice for the same loop.
 
-A new request (`start_request`) starts afresh but for two things: the changes made
+A new request (`start_request`) starts afresh but for two things, kept while
+interleaved repeats are detected: the changes made
 (edits, writes: a check repeated after one asks a new question) and the distinct steps
 each of the last few user turns counted (a call met in several turns is a repeat).
 
