@@ -27,9 +27,9 @@ by the detector that names it best; each detector records what keeps it from fir
 twice for the same loop.
 
 A new request (`start_request`) starts afresh but for two things, kept while
-interleaved repeats are detected: the changes made
-(edits, writes: a check repeated after one asks a new question) and the distinct steps
-each of the last few user turns counted (a call met in several turns is a repeat).
+interleaved repeats are detected: the changes made (edits, writes: a check repeated
+after one asks a new question) and the distinct steps each of the last few user turns
+counted (a call met in several turns is a repeat).
 
 A transition that changes anything copies the state it was given once (`clone`); the
 private helpers and the detectors change that copy in place, so a step builds one new
