@@ -147,6 +147,8 @@ def interleaved(
     # window shows progress; cycles escalate on their own.
     if found is not None or not config.detect_interleaved:
         return None
+    if not state.turns and state.recent.count(step) < warn:  # the common case: no window
+        return None
     recent = window(state, config.repeat_window)
     count = recent.count(step)
     turns = _turns_with(state.turns, step) + 1 if state.turns else 0
