@@ -5,9 +5,35 @@ with the decisions it implies. Adapters keep the state wherever suits them (the
 `LoopGuard` registry, or a checkpointed field of the agent state) and act on the
 decisions.
 
+Theory of operation. The state is one request of one conversation: the open batch (the
+calls of one model response and what became of each), the last settled batch, and what
+the counted steps built up: the streak of identical steps, the recent steps and the
+runs that make cycles, the calls the model was steered away from, the tools found
+missing or failing whatever their args.
+
+The transitions follow a batch. `open_batch` declares a response's calls; `check_call`
+decides one call before it runs (the refusal detectors); `record_result` answers it;
+the last answer settles the batch, whose last call in the model's order is the counted
+step (`_count`), and the steer detectors then look at it. A call no response declared
+joins an undeclared batch, or starts one once the last is settled (a serial call). A
+block never resets the streak; enough blocks stop the request, and a stopped request
+refuses everything.
+
+The detectors live in `_detectors`, in the order they are tried: the steers `streak`,
+`returned`, `cycle`, `interleaved` (and `steer_broken` for the tools a batch showed
+broken), the refusals `streak_block`, `cycle_block`, `backstop`. One decision per step:
+the first to fire wins, the most specific evidence first, so a loop is reported once,
+by the detector that names it best; each detector records what keeps it from firing
+twice for the same loop.
+
+A new request (`start_request`) starts afresh but for two things, kept while
+interleaved repeats are detected: the changes made (edits, writes: a check repeated
+after one asks a new question) and the distinct steps each of the last few user turns
+counted (a call met in several turns is a repeat).
+
 A transition that changes anything copies the state it was given once (`clone`); the
-private helpers change that copy in place, so a step builds one new state, not one per
-field it touches.
+private helpers and the detectors change that copy in place, so a step builds one new
+state, not one per field it touches.
 """
 
 from __future__ import annotations
@@ -17,6 +43,7 @@ from typing import final
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
+from loop_guard._detectors import REFUSALS, STEERS, Cycle, steer_broken, window
 from loop_guard._state import (
     ALLOWED,
     BLOCKED,
@@ -24,7 +51,9 @@ from loop_guard._state import (
     IGNORED,
     NEAR,
     NOT_RUN,
+    SAME_ERROR_ARGS,
     UNANSWERED,
+    UNKNOWN_ARGS,
     Entry,
     Failing,
     RequestState,
@@ -38,7 +67,6 @@ from loop_guard._values import (
     Call,
     Decision,
     Proceed,
-    Reason,
     Result,
     Steer,
     Stop,
@@ -46,17 +74,10 @@ from loop_guard._values import (
     make_call,
 )
 
-_STEERED_KEPT = 32  # steered steps remembered per request, for ignored-steering escalation
 _FAILING_KEPT = 32  # tools whose errors are followed per request, for same-error detection
 _SAME_ERROR_VARIANTS = 3  # different argument sets among a broken tool's identical errors
 _CHANGES_KEPT = 8  # changes remembered, to tell a new change from one re-applied
 TURNS_KEPT = 4  # earlier user turns whose steps are remembered, for repeats across turns
-
-_UNKNOWN_ARGS = "unknown-tool"
-"""The args fingerprint of every call to a tool that does not exist: args do not matter."""
-
-_SAME_ERROR_ARGS = "same-error"
-"""The args fingerprint of every failing call to a tool that fails whatever its args."""
 
 _UNANSWERED = frozenset(UNANSWERED)
 _INVISIBLE = frozenset({*UNANSWERED, IGNORED, NOT_RUN})
@@ -91,7 +112,15 @@ class Engine:
         'Block'
     """
 
-    __slots__ = ("_follows_changes", "_no_runs", "_periods", "config", "hints", "memory")
+    __slots__ = (
+        "_changing",
+        "_follows_changes",
+        "_no_runs",
+        "_periods",
+        "config",
+        "hints",
+        "memory",
+    )
 
     config: LoopGuardConfig
     memory: int
@@ -109,10 +138,14 @@ class Engine:
         # Changes matter to the detectors that look past other calls.
         self._follows_changes = config.detect_interleaved or config.escalate_ignored
         self.hints: Mapping[str, bool] = {}  # per tool: changes state, by its annotations
+        # Per tool: whether it changes state, decided on its first successful call (its
+        # name's words are parsed once, not on every step); `learn` starts it afresh.
+        self._changing: dict[str, bool] = {}
 
     def learn(self, hints: Mapping[str, bool]) -> None:
         """Add what tools say of themselves: whether each changes state (MCP annotations)."""
         self.hints = {**self.hints, **hints}
+        self._changing = {}
 
     def start_request(self, previous: RequestState | None, request_id: str | None) -> RequestState:
         """A fresh state for a new request of a conversation (SPEC §5).
@@ -196,7 +229,7 @@ class Engine:
                 state.unknown = (*state.unknown, call.tool)
             state.available = result.available_tools
             call = Call(
-                tool=call.tool, fingerprint=_UNKNOWN_ARGS, args=call.args, id=call.id, key=call.key
+                tool=call.tool, fingerprint=UNKNOWN_ARGS, args=call.args, id=call.id, key=call.key
             )
         elif call.tool in state.unknown:  # it exists after all (tools can be added)
             state.unknown = tuple(t for t in state.unknown if t != call.tool)
@@ -319,14 +352,14 @@ class Engine:
         for entry in ran:
             tool, args = entry.call.tool, entry.call.fingerprint
             outcome, _, variant = str(entry.outcome).partition(NEAR)
-            if args == _UNKNOWN_ARGS or not config.detects_same_error(tool):
+            if args == UNKNOWN_ARGS or not config.detects_same_error(tool):
                 continue
             record = failing.get(tool)
             weak = bool(variant) or config.is_shell(tool)
             if not outcome.startswith(ERROR):  # it answered: judged by its args again
                 if record is not None:
                     del failing[tool]
-                    steered = tuple(e for e in steered if e.step[:2] != (tool, _SAME_ERROR_ARGS))
+                    steered = tuple(e for e in steered if e.step[:2] != (tool, SAME_ERROR_ARGS))
             elif record is None or record.error != outcome:
                 failing[tool] = Failing(tool, outcome, (args,), 1, weak)
             else:
@@ -352,12 +385,17 @@ class Engine:
         the interleaved detector looks only past the change, and the backstop and the
         escalation of steered calls start again (a broken or missing tool's do not).
         """
-        config, hints = self.config, self.hints
+        changing = self._changing
         found = -1
         for index, entry in enumerate(ran):
-            outcome = str(entry.outcome)
+            if str(entry.outcome).startswith(ERROR):  # first: a made-up tool is never cached
+                continue
             tool = entry.call.tool
-            if outcome.startswith(ERROR) or not config.changes_state(tool, hints.get(tool)):
+            changes = changing.get(tool)
+            if changes is None:
+                changes = self.config.changes_state(tool, self.hints.get(tool))
+                changing[tool] = changes
+            if not changes:
                 continue
             step = self._step(state, entry)
             if step in state.changes:
@@ -370,7 +408,7 @@ class Engine:
                 state.steered = tuple(
                     entry
                     for entry in state.steered
-                    if entry.step.args in (_SAME_ERROR_ARGS, _UNKNOWN_ARGS)
+                    if entry.step.args in (SAME_ERROR_ARGS, UNKNOWN_ARGS)
                 )
         return found
 
@@ -388,12 +426,12 @@ class Engine:
         if not state.failing and not state.unknown:
             return call.fingerprint
         if call.tool in state.unknown:
-            return _UNKNOWN_ARGS
+            return UNKNOWN_ARGS
         for record in state.failing:
             if record.tool == call.tool:
                 same = outcome is None or outcome == record.error
                 folded = same and not record.weak and self._broken(record)
-                return _SAME_ERROR_ARGS if folded else call.fingerprint
+                return SAME_ERROR_ARGS if folded else call.fingerprint
         return call.fingerprint
 
     def _admit(self, state: RequestState) -> tuple[Decision, ...]:
@@ -405,66 +443,16 @@ class Engine:
         return ()
 
     def _refusal(self, state: RequestState, call: Call) -> Block | None:
-        """The block for a call that would repeat the last step once too often (SPEC
-        §3.2), go on with a cycle past its block threshold, or return to a steered call
-        once too often (its backstop); `None` lets it run."""
+        """The block for a call about to run: the first of `REFUSALS` that fires; `None`
+        lets it run."""
         config = self.config
         args = self._identity(state, call)
-        last = state.last
-        if (
-            last is not None
-            and last.tool == call.tool
-            and last.args == args
-            and state.streak >= config.thresholds(call.tool)[1] + self._patience(state) - 1
-        ):
-            if args == _UNKNOWN_ARGS:
-                text = _messages.unknown_tool_block_text(
-                    call.tool, state.available, state.streak + 1
-                )
-                return self._block(state, call, text, "unknown_tool")
-            if args == _SAME_ERROR_ARGS:
-                text = _messages.same_error_block_text(call.tool)
-                return self._block(state, call, text, "same_error")
-            return self._block(state, call, _block_text(state, call), "repeat")
-        cycle = self._cycle(state)
-        # Any call of the lap goes on with the cycle (skipping the blocked one does too);
-        # a step outside it breaks the cycle, and the runs with it.
-        if cycle is not None:
-            steps, laps = cycle
-            if laps >= self._cycle_thresholds(steps)[1] - 1 and any(
-                step.tool == call.tool and step.args == args for step in steps
-            ):
-                text = _messages.cycle_block_text(call.tool, [step.tool for step in steps], laps)
-                return self._block(state, call, text, "cycle", streak=laps)
-        if config.escalate_ignored:
-            for entry in state.steered:
-                step = entry.step
-                if (
-                    step.tool == call.tool
-                    and step.args == args
-                    and entry.seen >= (entry.limit or config.backstop(call.tool)) - 1
-                ):
-                    if args == _SAME_ERROR_ARGS:
-                        text = _messages.same_error_block_text(call.tool)
-                        return self._block(state, call, text, "same_error", streak=entry.seen)
-                    text = _messages.backstop_block_text(call.tool, entry.seen + 1)
-                    return self._block(state, call, text, "returned", streak=entry.seen)
+        found = self._cycle(state)
+        for refusal in REFUSALS:
+            block = refusal(config, state, call, args, found)
+            if block is not None:
+                return block
         return None
-
-    def _block(
-        self,
-        state: RequestState,
-        call: Call,
-        message: str,
-        reason: Reason,
-        *,
-        streak: int | None = None,
-    ) -> Block:
-        """A block, counted among the request's blocks; its `streak` is the cycle's laps
-        for a cycle, the identical calls of the request for a backstop."""
-        streak = state.streak if streak is None else streak
-        blocks = state.blocks + 1
-        return Block(call=call, message=message, streak=streak, blocks=blocks, reason=reason)
 
     def _settle(self, state: RequestState) -> tuple[Decision, ...]:
         """Close the open batch of `state` (a private copy, changed in place): compare its
@@ -485,7 +473,8 @@ class Engine:
         # without a result are invisible. A blocked last call changes nothing: a block
         # never resets the streak (SPEC §3.2), even beside calls that ran.
         ran: list[Entry] = []
-        counts_step = errors = False
+        counts_step = errors = changes = False
+        changing = self._changing
         for entry in entries:
             outcome = entry.outcome
             if outcome is None or outcome in _INVISIBLE:  # `None` first: it narrows the type
@@ -494,11 +483,13 @@ class Engine:
             if counts_step:
                 ran.append(entry)
                 errors = errors or outcome.startswith(ERROR)
+                # A tool known not to change state needs no following.
+                changes = changes or changing.get(entry.call.tool) is not False
         broken: tuple[str, ...] = ()
         # Only when some tool is failing: a healthy step costs one look at its outcome.
         if config.detect_same_error and (state.failing or errors):
             broken = self._follow_errors(state, ran)
-        change = self._follow_changes(state, ran) if self._follows_changes else -1
+        change = self._follow_changes(state, ran) if changes and self._follows_changes else -1
         siblings = ran[:-1] if counts_step else ran
         if siblings and config.escalate_ignored and state.steered:
             # Each run of a call the model was steered away from counts toward its
@@ -513,42 +504,13 @@ class Engine:
                 state.since_change = 0
             steer = self._steer(state, step, ran[-1].call, returned)
         if broken:
-            steer = self._steer_broken(state, broken, ran, steer)
+            steer = steer_broken(config, state, broken, ran, steer)
         return () if steer is None else (steer,)
 
     def _step(self, state: RequestState, entry: Entry) -> Step:
         """The step a call that ran makes, as the detectors compare it."""
         outcome = str(entry.outcome).partition(NEAR)[0]
         return Step(entry.call.tool, self._identity(state, entry.call, outcome), outcome)
-
-    def _steer_broken(
-        self,
-        state: RequestState,
-        broken: tuple[str, ...],
-        ran: Sequence[Entry],
-        steer: Steer | None,
-    ) -> Steer | None:
-        """Steer away from tools this batch showed broken whose calls were not the
-        counted step (the counted one was steered by its streak): each is remembered
-        as steered, so returning to it escalates and its backstop holds. A tool shown
-        broken by weak evidence (`Failing.weak`) is steered here, once, and not
-        remembered: it is never refused. Returns the batch's steer."""
-        steered = state.steered
-        for record in state.failing:
-            folded = Step(record.tool, _SAME_ERROR_ARGS, record.error)
-            if record.tool not in broken or any(e.step == folded for e in steered):
-                continue
-            warn = self.config.thresholds(record.tool)[0]
-            if not record.weak:  # weak evidence is steered once, never refused
-                steered = _remember(steered, folded, warn, again=False, seen=record.calls)
-            if steer is None:  # one steer per batch: a later return is steered again
-                call = next(e.call for e in reversed(ran) if e.call.tool == record.tool)
-                text = _messages.same_error_steer_text(record.tool, record.weak)
-                steer = Steer(call=call, message=text, streak=warn, reason="same_error")
-        state.steered = steered
-        if steer is not None and state.steer is None:
-            state.steer = steer
-        return steer
 
     def _count(self, state: RequestState, step: Step, variant: str) -> bool:
         """Advance the streak, the cycle runs and the recent steps by one counted step
@@ -572,7 +534,7 @@ class Engine:
             if escalate and steered is not None and steered.level:
                 state.streak, state.warned = steered.level + 1, True
                 returned = True
-            elif steered is None and step.args == _SAME_ERROR_ARGS:
+            elif steered is None and step.args == SAME_ERROR_ARGS:
                 # The failing calls that showed the tool broken were one call: its
                 # streak starts where a steer is due.
                 state.streak = self.config.thresholds(step.tool)[0]
@@ -589,8 +551,10 @@ class Engine:
             if len(runs) != len(periods):  # new request, or another max_cycle_period
                 runs = self._no_runs
             state.runs = tuple(
-                run + 1 if counted >= period and recent[-period] == step else 0
-                for period, run in zip(periods, runs, strict=True)
+                [
+                    run + 1 if counted >= period and recent[-period] == step else 0
+                    for period, run in zip(periods, runs, strict=True)
+                ]
             )
         elif periods:
             state.runs = self._no_runs
@@ -600,86 +564,22 @@ class Engine:
             state.since_change += 1
         return returned
 
-    def _steer(self, state: RequestState, step: Step, call: Call, returned: bool) -> Steer | None:
-        """The steer a newly counted step calls for, if any: one per step, the first
-        detector that fires wins, and each keeps its own record so it fires once."""
+    def _steer(self, state: RequestState, step: Step, call: Call, returning: bool) -> Steer | None:
+        """The steer a newly counted step calls for, if any: the first of `STEERS` that
+        fires; each keeps its own record so it fires once."""
         config = self.config
         warn = config.thresholds(step.tool)[0]
-        cycle = self._cycle(state)
-        if state.cycle_warned and cycle is None:  # the cycle broke: a new one steers again
+        found = self._cycle(state)
+        if state.cycle_warned and found is None:  # the cycle broke: a new one steers again
             state.cycle_warned = False
-        steer = None
-        if state.streak >= warn + self._patience(state) and not state.warned:
-            if step.args == _UNKNOWN_ARGS:
-                text = _messages.unknown_tool_steer_text(step.tool, state.available, state.streak)
-                steer = Steer(call=call, message=text, streak=state.streak, reason="unknown_tool")
-            elif step.args == _SAME_ERROR_ARGS:
-                text = _messages.same_error_steer_text(step.tool)
-                steer = Steer(call=call, message=text, streak=state.streak, reason="same_error")
-            else:
-                text = _messages.steer_text(step.tool, state.streak, near=state.near)
-                steer = Steer(call=call, message=text, streak=state.streak)
-            seen = state.streak
-            if step.args == _SAME_ERROR_ARGS:  # its runs: the failing calls, whatever args
-                seen = next((r.calls for r in state.failing if r.tool == step.tool), seen)
-            state.steered = _remember(state.steered, step, state.streak, again=False, seen=seen)
-            state.warned = True
-        elif returned and not any(e.step == step and e.again for e in state.steered):
-            if step.args == _SAME_ERROR_ARGS:
-                text = _messages.same_error_returned_steer_text(step.tool)
-                reason: Reason = "same_error"
-            else:
-                text, reason = _messages.returned_steer_text(step.tool, state.streak), "returned"
-            steer = Steer(call=call, message=text, streak=state.streak, reason=reason)
-            state.steered = _remember(state.steered, step, state.streak, again=True)
-        elif cycle is not None:
-            steps, laps = cycle
-            warn_laps, block_laps = self._cycle_thresholds(steps)
-            if not state.cycle_warned and laps >= warn_laps:
-                text = _messages.cycle_steer_text([s.tool for s in steps], laps)
-                steer = Steer(call=call, message=text, streak=laps, reason="cycle")
-                for lap_step in steps:  # level 0: its cycle escalates it, not a return
-                    # The cycle's most lenient tool decides its backstop too.
-                    limit = max(config.backstop(lap_step.tool), block_laps)
-                    state.steered = _remember(
-                        state.steered, lap_step, 0, again=True, seen=laps, limit=limit
-                    )
-                state.cycle_warned = True
-        elif config.detect_interleaved:
-            # Within the request, only when other steps came between the occurrences (a
-            # plain run of repeats is the streak's to judge); each of the last user turns
-            # that made the same call counts once, whatever came between. Never
-            # while a poll in the window shows progress; cycles escalate on their own.
-            window = _window(state, config.repeat_window)
-            count = window.count(step)
-            turns = _turns_with(state.turns, step) + 1 if state.turns else 0
-            within = count >= warn and count > _trailing_run(window)
-            if (
-                (within or turns >= warn)
-                and all(entry.step != step for entry in state.steered)
-                and not _progressing(window)
-            ):
-                text = (
-                    _messages.interleaved_steer_text(step.tool, count, config.repeat_window)
-                    if within
-                    else _messages.across_turns_steer_text(step.tool, turns)
-                )
-                steer = Steer(
-                    call=call, message=text, streak=max(count, turns), reason="interleaved"
-                )
-                # Level 0: a return does not resume a streak; the backstop bounds it,
-                # counting the runs of this request.
-                state.steered = _remember(state.steered, step, 0, again=True, seen=count)
-        if steer is not None:
-            state.steer = steer
-        return steer
+        for detector in STEERS:
+            steer = detector(config, state, step, call, warn, found, returning)
+            if steer is not None:
+                state.steer = steer
+                return steer
+        return None
 
-    def _patience(self, state: RequestState) -> int:
-        """How much later than exact repeats the streak is steered and blocked: near-repeats
-        are weaker evidence (what made them differ may have been news)."""
-        return self.config.near_repeat_patience if state.near else 0
-
-    def _cycle(self, state: RequestState) -> tuple[tuple[Step, ...], int] | None:
+    def _cycle(self, state: RequestState) -> Cycle | None:
         """The cycle the last steps go round, as (one lap of steps, laps), if any.
 
         The shortest period whose lap has repeated at least once wins; a lap of one
@@ -687,18 +587,15 @@ class Engine:
         """
         if state.runs == self._no_runs:  # no step is the one a period back: the common case
             return None
+        recent = state.recent
+        if not recent or recent.count(recent[-1]) == len(recent):  # a streak: laps of one step
+            return None
         for period, run in zip(self._periods, state.runs, strict=False):
             if run >= period:
-                steps = state.recent[-period:]
+                steps = recent[-period:]
                 if len(set(steps)) > 1:
                     return steps, (run + period) // period
         return None
-
-    def _cycle_thresholds(self, steps: tuple[Step, ...]) -> tuple[int, int]:
-        # The most lenient tool of the cycle decides: a tool declared tolerant (a poll)
-        # keeps the cycle it is part of from being stopped early.
-        thresholds = [self.config.thresholds(step.tool) for step in steps]
-        return max(warn for warn, _ in thresholds), max(block for _, block in thresholds)
 
     def _stop(self, state: RequestState, call: Call) -> Stop:
         kind = state.stopped or "abort"
@@ -724,59 +621,9 @@ def _latest_entry(state: RequestState, key: str) -> Entry | None:
     return None
 
 
-def _window(state: RequestState, size: int) -> tuple[Step, ...]:
-    """The last `size` steps counted in this request since its last new change."""
-    limit = min(size, state.counted)
-    if state.since_change >= 0:
-        limit = min(limit, state.since_change)
-    return state.recent[len(state.recent) - limit :] if limit else ()
-
-
 def _turn_steps(state: RequestState) -> tuple[Step, ...]:
     """The distinct steps a finished request counted since its last new change."""
-    return tuple(dict.fromkeys(_window(state, len(state.recent))))
-
-
-def _turns_with(turns: tuple[tuple[Step, ...], ...], step: Step) -> int:
-    """How many of the remembered earlier turns counted `step`."""
-    return sum(step in turn for turn in turns)
-
-
-def _trailing_run(steps: tuple[Step, ...]) -> int:
-    """How many of the last steps are the same step as the very last."""
-    run = 0
-    for step in reversed(steps):
-        if step != steps[-1]:
-            break
-        run += 1
-    return run
-
-
-def _progressing(steps: tuple[Step, ...]) -> bool:
-    """Whether some call among these steps returned a changed result (a poll moving on)."""
-    results: dict[tuple[str, str], str] = {}
-    for step in steps:
-        if results.setdefault((step.tool, step.args), step.result) != step.result:
-            return True
-    return False
-
-
-def _remember(
-    steered: tuple[Steered, ...],
-    step: Step,
-    level: int,
-    *,
-    again: bool,
-    seen: int = 0,
-    limit: int = 0,
-) -> tuple[Steered, ...]:
-    """`steered` with `step` steered at `level`; its run count and the most lenient
-    backstop limit are kept (the latest few steps are kept)."""
-    previous = next((entry for entry in steered if entry.step == step), None)
-    if previous is not None:
-        seen, limit = max(seen, previous.seen), max(limit, previous.limit)
-    kept = tuple(entry for entry in steered if entry.step != step)
-    return (*kept, Steered(step, level, again, seen, limit))[-_STEERED_KEPT:]
+    return tuple(dict.fromkeys(window(state, len(state.recent))))
 
 
 def _counted(steered: tuple[Steered, ...], step: Step) -> tuple[Steered, ...]:
@@ -790,10 +637,6 @@ def _counted(steered: tuple[Steered, ...], step: Step) -> tuple[Steered, ...]:
             continue
         kept.append(entry)
     return tuple(kept)
-
-
-def _block_text(state: RequestState, call: Call) -> str:
-    return _messages.block_text(call.tool, state.streak, near=state.near)
 
 
 def _answer(

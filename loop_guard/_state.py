@@ -23,6 +23,11 @@ UNANSWERED = (None, ALLOWED)
 ERROR = "!"  # prefixed to an error result's fingerprint: steps know their errors
 NEAR = "~"  # between a result's fingerprint and its variant (`Result.variant`)
 
+# The args fingerprint of every call to a tool that does not exist: args do not matter.
+UNKNOWN_ARGS = "unknown-tool"
+# The args fingerprint of every failing call to a tool that fails whatever its args.
+SAME_ERROR_ARGS = "same-error"
+
 
 class Entry(NamedTuple):
     """A call of the open batch and what became of it so far (a tuple: made often)."""

@@ -144,7 +144,13 @@ def reports_error(content: Any) -> bool:
         >>> reports_error("Error: flight HAT030 not available"), reports_error("0 errors")
         (True, False)
     """
-    return isinstance(content, str) and _REPORTED_ERROR.match(content, 0, 64) is not None
+    if not isinstance(content, str):
+        return False
+    head = content[:1]
+    # Most results open with neither: the pattern is not run on every step.
+    if head not in "eE" and not head.isspace():
+        return False
+    return _REPORTED_ERROR.match(content, 0, 64) is not None
 
 
 @final

@@ -13,6 +13,7 @@ import loop_guard
 
 CORE = [
     "_config",
+    "_detectors",
     "_engine",
     "_events",
     "_fingerprint",

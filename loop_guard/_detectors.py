@@ -1,0 +1,347 @@
+"""The detectors: each looks at a request's state for one kind of loop.
+
+A steer detector looks at a newly counted step, a refusal detector at a call about to
+run. Each returns its decision, or `None` when the loop it knows is not there; the
+engine tries them in the order of `STEERS` and `REFUSALS`, and the first that fires
+wins. A detector that fires records on the state (a private copy the engine hands it)
+what keeps it from firing again for the same loop.
+
+Steers, in order:
+
+1. `streak`: the same step again, past the tool's steer threshold (a repeat, or the
+   calls to a missing or broken tool, which are one call whatever their args).
+2. `returned`: a return to a call the model was steered away from.
+3. `cycle`: the last steps going round a lap of two or more calls.
+4. `interleaved`: the same step among others, within the request or across turns.
+
+The most specific evidence comes first: a streak is a cycle of one step and an
+interleaved repeat with nothing between, and a step going round a cycle is the cycle's
+to judge even before it has gone round often enough to steer.
+
+Refusals, in order: `streak_block` (the streak past its block threshold),
+`cycle_block` (a call going on with a cycle past its block threshold), `backstop` (a
+steered call returned to once too often).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from loop_guard import _messages
+from loop_guard._config import LoopGuardConfig
+from loop_guard._state import (
+    SAME_ERROR_ARGS,
+    UNKNOWN_ARGS,
+    Entry,
+    RequestState,
+    Steered,
+    Step,
+)
+from loop_guard._values import Block, Call, Reason, Steer
+
+_STEERED_KEPT = 32  # steered steps remembered per request, for ignored-steering escalation
+
+Cycle = tuple[tuple[Step, ...], int]
+"""A cycle the last steps go round: one lap of steps, and the laps gone round."""
+
+SteerDetector = Callable[
+    [LoopGuardConfig, RequestState, Step, Call, int, Cycle | None, bool], Steer | None
+]
+"""(config, state, the counted step, its call, the tool's steer threshold, the cycle
+the steps go round, whether the step returns to a steered call) -> its steer."""
+
+RefusalDetector = Callable[[LoopGuardConfig, RequestState, Call, str, Cycle | None], Block | None]
+"""(config, state, the call, the args fingerprint it is judged by, the cycle the steps
+go round) -> its block."""
+
+
+def streak(
+    config: LoopGuardConfig,
+    state: RequestState,
+    step: Step,
+    call: Call,
+    warn: int,
+    found: Cycle | None,
+    returning: bool,
+) -> Steer | None:
+    """The same step repeated up to the tool's steer threshold, once per streak."""
+    # The plain threshold first: most steps are below it, and need no patience.
+    if state.warned or state.streak < warn or state.streak < warn + patience(config, state):
+        return None
+    if step.args == UNKNOWN_ARGS:
+        text = _messages.unknown_tool_steer_text(step.tool, state.available, state.streak)
+        steer = Steer(call=call, message=text, streak=state.streak, reason="unknown_tool")
+    elif step.args == SAME_ERROR_ARGS:
+        text = _messages.same_error_steer_text(step.tool)
+        steer = Steer(call=call, message=text, streak=state.streak, reason="same_error")
+    else:
+        text = _messages.steer_text(step.tool, state.streak, near=state.near)
+        steer = Steer(call=call, message=text, streak=state.streak)
+    seen = state.streak
+    if step.args == SAME_ERROR_ARGS:  # its runs: the failing calls, whatever args
+        seen = next((r.calls for r in state.failing if r.tool == step.tool), seen)
+    state.steered = _remember(state.steered, step, state.streak, again=False, seen=seen)
+    state.warned = True
+    return steer
+
+
+def returned(
+    config: LoopGuardConfig,
+    state: RequestState,
+    step: Step,
+    call: Call,
+    warn: int,
+    found: Cycle | None,
+    returning: bool,
+) -> Steer | None:
+    """A return to a call the model was steered away from, steered once more."""
+    if not returning or any(e.step == step and e.again for e in state.steered):
+        return None
+    if step.args == SAME_ERROR_ARGS:
+        text = _messages.same_error_returned_steer_text(step.tool)
+        reason: Reason = "same_error"
+    else:
+        text, reason = _messages.returned_steer_text(step.tool, state.streak), "returned"
+    state.steered = _remember(state.steered, step, state.streak, again=True)
+    return Steer(call=call, message=text, streak=state.streak, reason=reason)
+
+
+def cycle(
+    config: LoopGuardConfig,
+    state: RequestState,
+    step: Step,
+    call: Call,
+    warn: int,
+    found: Cycle | None,
+    returning: bool,
+) -> Steer | None:
+    """A cycle gone round its steer threshold of laps, once until it breaks."""
+    if found is None or state.cycle_warned:
+        return None
+    steps, laps = found
+    warn_laps, block_laps = cycle_thresholds(config, steps)
+    if laps < warn_laps:
+        return None
+    for lap_step in steps:  # level 0: its cycle escalates it, not a return
+        # The cycle's most lenient tool decides its backstop too.
+        limit = max(config.backstop(lap_step.tool), block_laps)
+        state.steered = _remember(state.steered, lap_step, 0, again=True, seen=laps, limit=limit)
+    state.cycle_warned = True
+    text = _messages.cycle_steer_text([s.tool for s in steps], laps)
+    return Steer(call=call, message=text, streak=laps, reason="cycle")
+
+
+def interleaved(
+    config: LoopGuardConfig,
+    state: RequestState,
+    step: Step,
+    call: Call,
+    warn: int,
+    found: Cycle | None,
+    returning: bool,
+) -> Steer | None:
+    """The same step among other steps, or in each of the last user turns, once."""
+    # Within the request, only when other steps came between the occurrences (a plain
+    # run of repeats is the streak's to judge); each of the last user turns that made
+    # the same call counts once, whatever came between. Never while a poll in the
+    # window shows progress; cycles escalate on their own.
+    if found is not None or not config.detect_interleaved:
+        return None
+    if not state.turns and state.recent.count(step) < warn:  # the common case: no window
+        return None
+    recent = window(state, config.repeat_window)
+    count = recent.count(step)
+    turns = _turns_with(state.turns, step) + 1 if state.turns else 0
+    within = count >= warn and count > _trailing_run(recent)
+    if (
+        not (within or turns >= warn)
+        or any(entry.step == step for entry in state.steered)
+        or _progressing(recent)
+    ):
+        return None
+    text = (
+        _messages.interleaved_steer_text(step.tool, count, config.repeat_window)
+        if within
+        else _messages.across_turns_steer_text(step.tool, turns)
+    )
+    # Level 0: a return does not resume a streak; the backstop bounds it, counting the
+    # runs of this request.
+    state.steered = _remember(state.steered, step, 0, again=True, seen=count)
+    return Steer(call=call, message=text, streak=max(count, turns), reason="interleaved")
+
+
+STEERS: tuple[SteerDetector, ...] = (streak, returned, cycle, interleaved)
+"""The steer detectors, in the order they are tried: the first that fires wins."""
+
+
+def streak_block(
+    config: LoopGuardConfig, state: RequestState, call: Call, args: str, found: Cycle | None
+) -> Block | None:
+    """A call that would repeat the last step once too often (SPEC §3.2)."""
+    last = state.last
+    if (
+        last is None
+        or last.tool != call.tool
+        or last.args != args
+        or state.streak < config.thresholds(call.tool)[1] + patience(config, state) - 1
+    ):
+        return None
+    if args == UNKNOWN_ARGS:
+        text = _messages.unknown_tool_block_text(call.tool, state.available, state.streak + 1)
+        return _block(state, call, text, "unknown_tool")
+    if args == SAME_ERROR_ARGS:
+        return _block(state, call, _messages.same_error_block_text(call.tool), "same_error")
+    text = _messages.block_text(call.tool, state.streak, near=state.near)
+    return _block(state, call, text, "repeat")
+
+
+def cycle_block(
+    config: LoopGuardConfig, state: RequestState, call: Call, args: str, found: Cycle | None
+) -> Block | None:
+    """A call going on with a cycle past its block threshold of laps."""
+    # Any call of the lap goes on with the cycle (skipping the blocked one does too); a
+    # step outside it breaks the cycle, and the runs with it.
+    if found is None:
+        return None
+    steps, laps = found
+    if laps >= cycle_thresholds(config, steps)[1] - 1 and any(
+        step.tool == call.tool and step.args == args for step in steps
+    ):
+        text = _messages.cycle_block_text(call.tool, [step.tool for step in steps], laps)
+        return _block(state, call, text, "cycle", streak=laps)
+    return None
+
+
+def backstop(
+    config: LoopGuardConfig, state: RequestState, call: Call, args: str, found: Cycle | None
+) -> Block | None:
+    """A call the model was steered away from, returned to once too often."""
+    if not config.escalate_ignored:
+        return None
+    for entry in state.steered:
+        step = entry.step
+        if (
+            step.tool == call.tool
+            and step.args == args
+            and entry.seen >= (entry.limit or config.backstop(call.tool)) - 1
+        ):
+            if args == SAME_ERROR_ARGS:
+                text = _messages.same_error_block_text(call.tool)
+                return _block(state, call, text, "same_error", streak=entry.seen)
+            text = _messages.backstop_block_text(call.tool, entry.seen + 1)
+            return _block(state, call, text, "returned", streak=entry.seen)
+    return None
+
+
+REFUSALS: tuple[RefusalDetector, ...] = (streak_block, cycle_block, backstop)
+"""The refusal detectors, in the order they are tried: the first that fires wins."""
+
+
+def steer_broken(
+    config: LoopGuardConfig,
+    state: RequestState,
+    broken: tuple[str, ...],
+    ran: Sequence[Entry],
+    steer: Steer | None,
+) -> Steer | None:
+    """Steer away from tools a batch showed broken whose calls were not its counted step.
+
+    The counted one was steered by its streak. Each is remembered as steered, so
+    returning to it escalates and its backstop holds. A tool shown broken by weak
+    evidence (`Failing.weak`) is steered here, once, and not remembered: it is never
+    refused. Returns the batch's steer.
+    """
+    steered = state.steered
+    for record in state.failing:
+        folded = Step(record.tool, SAME_ERROR_ARGS, record.error)
+        if record.tool not in broken or any(e.step == folded for e in steered):
+            continue
+        warn = config.thresholds(record.tool)[0]
+        if not record.weak:  # weak evidence is steered once, never refused
+            steered = _remember(steered, folded, warn, again=False, seen=record.calls)
+        if steer is None:  # one steer per batch: a later return is steered again
+            call = next(e.call for e in reversed(ran) if e.call.tool == record.tool)
+            text = _messages.same_error_steer_text(record.tool, record.weak)
+            steer = Steer(call=call, message=text, streak=warn, reason="same_error")
+    state.steered = steered
+    if steer is not None and state.steer is None:
+        state.steer = steer
+    return steer
+
+
+def patience(config: LoopGuardConfig, state: RequestState) -> int:
+    """How much later than exact repeats the streak is steered and blocked: near-repeats
+    are weaker evidence (what made them differ may have been news)."""
+    return config.near_repeat_patience if state.near else 0
+
+
+def cycle_thresholds(config: LoopGuardConfig, steps: tuple[Step, ...]) -> tuple[int, int]:
+    """The steer and block laps of a cycle: its most lenient tool's thresholds."""
+    # A tool declared tolerant (a poll) keeps the cycle it is part of from being
+    # stopped early.
+    thresholds = [config.thresholds(step.tool) for step in steps]
+    return max(warn for warn, _ in thresholds), max(block for _, block in thresholds)
+
+
+def window(state: RequestState, size: int) -> tuple[Step, ...]:
+    """The last `size` steps counted in this request since its last new change."""
+    limit = size if size < state.counted else state.counted  # not `min`: on every step
+    if 0 <= state.since_change < limit:
+        limit = state.since_change
+    return state.recent[len(state.recent) - limit :] if limit else ()
+
+
+def _block(
+    state: RequestState,
+    call: Call,
+    message: str,
+    reason: Reason,
+    *,
+    streak: int | None = None,
+) -> Block:
+    """A block, counted among the request's blocks; its `streak` is the cycle's laps
+    for a cycle, the identical calls of the request for a backstop."""
+    streak = state.streak if streak is None else streak
+    return Block(call=call, message=message, streak=streak, blocks=state.blocks + 1, reason=reason)
+
+
+def _turns_with(turns: tuple[tuple[Step, ...], ...], step: Step) -> int:
+    """How many of the remembered earlier turns counted `step`."""
+    return sum(step in turn for turn in turns)
+
+
+def _trailing_run(steps: tuple[Step, ...]) -> int:
+    """How many of the last steps are the same step as the very last."""
+    run = 0
+    for step in reversed(steps):
+        if step != steps[-1]:
+            break
+        run += 1
+    return run
+
+
+def _progressing(steps: tuple[Step, ...]) -> bool:
+    """Whether some call among these steps returned a changed result (a poll moving on)."""
+    results: dict[tuple[str, str], str] = {}
+    for step in steps:
+        if results.setdefault((step.tool, step.args), step.result) != step.result:
+            return True
+    return False
+
+
+def _remember(
+    steered: tuple[Steered, ...],
+    step: Step,
+    level: int,
+    *,
+    again: bool,
+    seen: int = 0,
+    limit: int = 0,
+) -> tuple[Steered, ...]:
+    """`steered` with `step` steered at `level`; its run count and the most lenient
+    backstop limit are kept (the latest few steps are kept)."""
+    previous = next((entry for entry in steered if entry.step == step), None)
+    if previous is not None:
+        seen, limit = max(seen, previous.seen), max(limit, previous.limit)
+    kept = tuple(entry for entry in steered if entry.step != step)
+    return (*kept, Steered(step, level, again, seen, limit))[-_STEERED_KEPT:]
