@@ -29,10 +29,10 @@ from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._conversation import ConversationKey, thread_of
 from loop_guard._events import GuardEvent
+from loop_guard._faces import ashared_run, results_of, shared_run
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     answers_to,
-    ashared_run,
     block_message,
     call_keys,
     calls_of,
@@ -40,8 +40,6 @@ from loop_guard._langchain import (
     last_batch,
     messages_of,
     position_of,
-    results_of,
-    shared_run,
     stop_messages,
     tool_names,
 )

@@ -19,20 +19,19 @@ from pydantic import BaseModel, ConfigDict
 from typing_extensions import assert_never, override
 
 from loop_guard._conversation import conversation_for, session_for, watched
+from loop_guard._faces import ashared_run, shared_run
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     BLOCK_MARK,
     RESULT_KEY,
     STATE_KEY,
     STEER_MARK,
-    ashared_run,
     calls_of,
     error_result,
     last_batch,
     messages_of,
     position_of,
     result_of,
-    shared_run,
     tool_message_of,
 )
 from loop_guard._langchain_sink import dispatch_event
