@@ -33,11 +33,12 @@ def _traced(function: Callable[[], object]) -> int:
 
 def _converse(guard: LoopGuard, index: int, args_for: Callable[[int, int], Any]) -> str:
     conversation = f"thread-{index}"
-    guard.start_request(conversation, f"request-{index}")
+    session = guard.session(conversation)
+    session.start_request(f"request-{index}")
     for step in range(STEPS):
         call = Call.of("read_file", args_for(index, step), id=f"call-{index}-{step}")
-        guard.check_call(conversation, call)
-        guard.record_result(conversation, call, Result.of(f"OK contents of {index}/{step}"))
+        session.check_call(call)
+        session.record_result(call, Result.of(f"OK contents of {index}/{step}"))
     return conversation
 
 
@@ -67,7 +68,7 @@ def engine_part(count: int) -> tuple[list[list[str]], dict[str, float]]:
                 size_text(held / count),
             ]
         )
-        freed = _traced(lambda: [guard.end_request(f"thread-{i}") for i in range(count)])
+        freed = _traced(lambda: [guard.session(f"thread-{i}").end_request() for i in range(count)])
         found["after_end"] = held + freed
         rows.append(
             [

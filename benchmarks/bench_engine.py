@@ -3,7 +3,7 @@
 The floor is what any guard comparing (tool, args, result) must do at least: the
 canonical JSON of the args (`json.dumps(sort_keys=True)`, C-accelerated) and the SHA-256
 of the result's UTF-8 bytes. Ours is the public engine API doing a whole step:
-`Call.of` + `LoopGuard.check_call` + `Result.of` + `LoopGuard.record_result`.
+`Call.of` + `Session.check_call` + `Result.of` + `Session.record_result`.
 """
 
 from __future__ import annotations
@@ -105,7 +105,8 @@ def measure(
 ) -> dict[str, list[float]]:
     """Per-op seconds of the floor, of the two fingerprints alone, and of a whole step."""
     guard = LoopGuard()
-    guard.start_request("bench", "request")
+    session = guard.session("bench")
+    session.start_request("request")
     ids = iter(range(1 << 60))
     steps = iter(range(1 << 60))
 
@@ -128,8 +129,8 @@ def measure(
         for _ in range(ops):
             n = next(steps)  # the rotation goes on across samples too
             call = Call.of("read_file", args, id=f"c{n}")
-            guard.check_call("bench", call)
-            guard.record_result("bench", call, Result.of(results[n % len(results)]))
+            session.check_call(call)
+            session.record_result(call, Result.of(results[n % len(results)]))
 
     start = time.perf_counter()
     record(1)
@@ -165,12 +166,12 @@ def memory_rows(scale: Scale) -> tuple[list[list[str]], Target]:
     """Peak extra memory of fingerprinting a 10 MB result (and large args, for context)."""
     size = 10 * MB
     result = text(size)
-    guard = LoopGuard()
+    session = LoopGuard().session("mem")
 
     def record() -> None:
         call = Call.of("read_file", SMALL_ARGS, id="mem")
-        guard.check_call("mem", call)
-        guard.record_result("mem", call, Result.of(result))
+        session.check_call(call)
+        session.record_result(call, Result.of(result))
 
     args_size = MB if scale.quick else 10 * MB
     structured = records_args(args_size)
@@ -207,7 +208,7 @@ def run(scale: Scale) -> Section:
         title="1. Engine floor ratio",
         what=(
             "One healthy step through the engine (`Call.of` + `check_call` + `Result.of` +"
-            " `record_result` on a `LoopGuard`) against the floor: `json.dumps(args,"
+            " `record_result` on a `LoopGuard`'s session) against the floor: `json.dumps(args,"
             " sort_keys=True)` plus `hashlib.sha256(result.encode())`. *fingerprints* is"
             " `Call.of` + `Result.of` alone; *bookkeeping* is the rest of the step (the state"
             " transitions, the lock, the counters). *floor + args hash* adds the SHA-256 of the"

@@ -34,12 +34,12 @@ from loop_guard import (
 
 
 def small_step() -> None:
-    guard = LoopGuard()
+    session = LoopGuard().session("t")
     results = tuple(text(1024, letter) for letter in "abcde")  # healthy: see bench_engine
     for n in range(10_000):
         call = Call.of("read_file", SMALL_ARGS, id=f"c{n}")
-        guard.check_call("t", call)
-        guard.record_result("t", call, Result.of(results[n % len(results)]))
+        session.check_call(call)
+        session.record_result(call, Result.of(results[n % len(results)]))
 
 
 def structured_args() -> None:

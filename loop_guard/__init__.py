@@ -5,8 +5,8 @@ returning the same result. It steers the model first, then refuses the call, the
 ends the request cleanly. Calls with other arguments, or whose results change, are
 never touched.
 
-The core (`LoopGuard`, its settings and values) needs no framework: the adapters for
-LangChain and LangGraph load when first used.
+The core (`LoopGuard`, its `Session`s, settings and values) needs no framework: the
+adapters for LangChain and LangGraph load when first used.
 
 Example:
     >>> from loop_guard import LoopGuard, LoopGuardConfig
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from loop_guard._config import LoopGuardConfig, Normalizer, ToolPolicy
 from loop_guard._events import GuardEvent, GuardStats
-from loop_guard._guard import LoopGuard
+from loop_guard._guard import LoopGuard, Session
 from loop_guard._messages import GUARD_NAME
 from loop_guard._values import (
     Block,
@@ -72,6 +72,7 @@ __all__ = [
     "Proceed",
     "Reason",
     "Result",
+    "Session",
     "Steer",
     "Stop",
     "StopKind",

@@ -46,11 +46,11 @@ class GuardEvent:
     Example:
         >>> from loop_guard import Call, LoopGuard, Result
         >>> events = []
-        >>> guard = LoopGuard(on_event=events.append, warn_threshold=2)
+        >>> session = LoopGuard(on_event=events.append, warn_threshold=2).session("thread-1")
         >>> for _ in range(2):
         ...     call = Call.of("ls", {"path": "/"})
-        ...     _ = guard.check_call("thread-1", call)
-        ...     guard.record_result("thread-1", call, Result.of("empty"))
+        ...     _ = session.check_call(call)
+        ...     session.record_result(call, Result.of("empty"))
         >>> events[0].kind, events[0].tool, events[0].streak
         ('warn', 'ls', 2)
     """
@@ -109,10 +109,11 @@ class GuardStats:
     Example:
         >>> from loop_guard import Call, LoopGuard, Proceed, Result
         >>> guard = LoopGuard(warn_threshold=1, block_threshold=2)
+        >>> session = guard.session("t")
         >>> for _ in range(2):
         ...     call = Call.of("ls", {})
-        ...     if isinstance(guard.check_call("t", call), Proceed):
-        ...         guard.record_result("t", call, Result.of("same"))
+        ...     if isinstance(session.check_call(call), Proceed):
+        ...         session.record_result(call, Result.of("same"))
         >>> stats = guard.stats
         >>> stats.calls, stats.warnings, stats.blocks, stats.by_tool["ls"]["blocks"]
         (2, 1, 1, 1)

@@ -4,6 +4,7 @@ transitions. The guard's events and counters: `_events.py`."""
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, final
@@ -26,9 +27,10 @@ class LoopGuard:
     """Stop an agent that repeats the same tool call and gets the same result.
 
     One instance serves any number of concurrent conversations; each conversation's
-    state is kept under its key and reset at every new request (SPEC §5). The adapters
-    (`LoopGuardCallbackHandler`, `guard_tools`, `LoopGuardNode`) are thin layers over
-    the methods below; call them directly to guard a custom agent loop.
+    state is kept under its key and reset at every new request (SPEC §5). A
+    conversation's transitions are its `session`'s: the adapters
+    (`LoopGuardMiddleware`, `LoopGuardCallbackHandler`, `guard_tools`, `LoopGuardNode`)
+    are thin layers over them; call them directly to guard a custom agent loop.
 
     Args:
         config: Settings; when `None`, read from the `LOOP_GUARD_*` variables.
@@ -43,12 +45,13 @@ class LoopGuard:
 
     Example:
         >>> guard = LoopGuard(block_threshold=4)
-        >>> guard.start_request("thread-1", "request-1")
+        >>> session = guard.session("thread-1")
+        >>> session.start_request("request-1")
         >>> for n in range(1, 5):
         ...     call = Call.of("read", {"path": "notes.md"}, id=f"call_{n}")
-        ...     verdict = guard.check_call("thread-1", call)
+        ...     verdict = session.check_call(call)
         ...     if isinstance(verdict, Proceed):
-        ...         guard.record_result("thread-1", call, Result.of("File not found"))
+        ...         session.record_result(call, Result.of("File not found"))
         ...     print(n, type(verdict).__name__)
         1 Proceed
         2 Proceed
@@ -154,24 +157,29 @@ class LoopGuard:
         """Whether a graph node delivers this guard's steers (`attach_node`)."""
         return self._node_attached
 
-    def session(self, conversation: str) -> Session:
-        """The transitions of one conversation whose state this guard keeps."""
-        return self._session(conversation, None)
+    def session(self, conversation: str, snapshot: Mapping[str, Any] | None = None) -> Session:
+        """The transitions of one conversation: the one way to decide its calls.
 
-    def detached(self, conversation: str, snapshot: Mapping[str, Any] | None) -> Session:
-        """The transitions of a conversation whose state the caller keeps, as a snapshot
-        (`RequestState.to_dict`), e.g. in a checkpoint.
+        Without `snapshot` the guard keeps the conversation's state (bounded by
+        `max_conversations`). With one, the caller keeps it, e.g. in a checkpoint:
+        pass the `Session.snapshot()` it saved last, or `{}` when it has none yet, and
+        save the new `snapshot()` after the transitions. Its decisions are published
+        when the caller says (`Session.publish`), once even when the caller runs the
+        same transitions again on the same snapshot (a retried model call).
 
-        Its decisions are published when the caller says (`Session.publish`), once even
-        when the caller runs the same transitions again on the same snapshot (a retried
-        model call); then read the new `snapshot()`.
+        Example:
+            >>> guard = LoopGuard()
+            >>> kept = guard.session("thread-1", {})  # the caller keeps a fresh state
+            >>> kept.start_request("request-1")
+            >>> saved = kept.snapshot()
+            >>> guard.session("thread-1", saved).state.request_id
+            'request-1'
+            >>> guard.session("thread-1").state.request_id is None  # the guard holds none
+            True
         """
-        return self._session(conversation, self._snapshots.read(snapshot))
-
-    def _session(self, conversation: str, state: RequestState | None) -> Session:
         return Session(
             conversation,
-            state,
+            None if snapshot is None else self._snapshots.read(snapshot),
             engine=self.engine,
             events=self._events,
             conversations=self._conversations,
@@ -185,51 +193,6 @@ class LoopGuard:
         state = self._snapshots.read(snapshot)
         return any(entry.block is not None for entry in (*state.batch, *state.settled))
 
-    def start_request(self, conversation: str, request_id: str) -> None:
-        """Begin a request, unless `request_id` is the conversation's current request.
-
-        Idempotent, so several adapters may announce the same request. Everything
-        resets but the conversation's recent steps (SPEC §5).
-        """
-        self.session(conversation).start_request(request_id)
-
-    def end_request(self, conversation: str) -> None:
-        """Forget a conversation whose request has finished (frees its memory)."""
-        self._conversations.forget(conversation)
-        self._events.forget(conversation)
-
-    def open_batch(self, conversation: str, calls: Sequence[Call]) -> None:
-        """Declare the calls of one model response, in the model's order (SPEC §4)."""
-        self.session(conversation).open_batch(calls)
-
-    def check_call(self, conversation: str, call: Call) -> Proceed | Block | Stop:
-        """Decide whether `call` may run; atomic, so racing identical calls cannot slip by."""
-        return self.session(conversation).check_call(call)
-
-    def check_batch(self, conversation: str, calls: Sequence[Call]) -> list[Proceed | Block | Stop]:
-        """Declare a model response and decide all its calls at once, in its order.
-
-        Checking calls already decided returns their verdicts again, so every sibling
-        may ask for the whole batch.
-        """
-        return self.session(conversation).check_batch(calls)
-
-    def record_result(self, conversation: str, call: Call, result: Result) -> None:
-        """Record a call's result; recording the same call twice has no effect."""
-        self.session(conversation).record_result(call, result)
-
-    def settle(self, conversation: str) -> None:
-        """Close the open batch now, counting the calls that have results."""
-        self.session(conversation).settle()
-
-    def take_steer(self, conversation: str) -> Steer | None:
-        """Claim the pending steer message for delivery; once per streak."""
-        return self.session(conversation).take_steer()
-
-    def stop_of(self, conversation: str) -> Stop | None:
-        """The `Stop` that ended the conversation's current request, if any."""
-        return self.session(conversation).stop
-
     def report_fault(self, conversation: str | None, error: BaseException) -> None:
         """The guard failed on an event: the agent goes on unguarded for that event.
 
@@ -238,6 +201,58 @@ class LoopGuard:
         guard reach the agent.
         """
         self._events.fault(conversation, error)
+
+    # Deprecated: each conversation's transitions are its `session`'s.
+
+    def detached(self, conversation: str, snapshot: Mapping[str, Any] | None) -> Session:
+        """Deprecated: `session(conversation, snapshot)`, `{}` for no snapshot yet."""
+        _deprecated("detached", "session(conversation, snapshot) ({} for no snapshot yet)")
+        return self.session(conversation, {} if snapshot is None else snapshot)
+
+    def start_request(self, conversation: str, request_id: str) -> None:
+        """Deprecated: `session(conversation).start_request(request_id)`."""
+        _deprecated("start_request", "session(conversation).start_request(request_id)")
+        self.session(conversation).start_request(request_id)
+
+    def end_request(self, conversation: str) -> None:
+        """Deprecated: `session(conversation).end_request()`."""
+        _deprecated("end_request", "session(conversation).end_request()")
+        self.session(conversation).end_request()
+
+    def open_batch(self, conversation: str, calls: Sequence[Call]) -> None:
+        """Deprecated: `session(conversation).open_batch(calls)`."""
+        _deprecated("open_batch", "session(conversation).open_batch(calls)")
+        self.session(conversation).open_batch(calls)
+
+    def check_call(self, conversation: str, call: Call) -> Proceed | Block | Stop:
+        """Deprecated: `session(conversation).check_call(call)`."""
+        _deprecated("check_call", "session(conversation).check_call(call)")
+        return self.session(conversation).check_call(call)
+
+    def check_batch(self, conversation: str, calls: Sequence[Call]) -> list[Proceed | Block | Stop]:
+        """Deprecated: `session(conversation).check_batch(calls)`."""
+        _deprecated("check_batch", "session(conversation).check_batch(calls)")
+        return self.session(conversation).check_batch(calls)
+
+    def record_result(self, conversation: str, call: Call, result: Result) -> None:
+        """Deprecated: `session(conversation).record_result(call, result)`."""
+        _deprecated("record_result", "session(conversation).record_result(call, result)")
+        self.session(conversation).record_result(call, result)
+
+    def settle(self, conversation: str) -> None:
+        """Deprecated: `session(conversation).settle()`."""
+        _deprecated("settle", "session(conversation).settle()")
+        self.session(conversation).settle()
+
+    def take_steer(self, conversation: str) -> Steer | None:
+        """Deprecated: `session(conversation).take_steer()`."""
+        _deprecated("take_steer", "session(conversation).take_steer()")
+        return self.session(conversation).take_steer()
+
+    def stop_of(self, conversation: str) -> Stop | None:
+        """Deprecated: `session(conversation).stop`."""
+        _deprecated("stop_of", "session(conversation).stop")
+        return self.session(conversation).stop
 
 
 @final
@@ -249,7 +264,7 @@ class _Conversations:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.lock = threading.Lock()  # held by every transition, detached ones too
+        self.lock = threading.Lock()  # held by every transition, caller-kept ones too
         self.states: OrderedDict[str, RequestState] = OrderedDict()
         self.node_served: set[str] = set()  # conversations a `LoopGuardNode` steers
 
@@ -310,12 +325,12 @@ class _Snapshots:
 
 @final
 class Session:
-    """One conversation's transitions, as its adapters make them.
+    """One conversation's transitions, made by `LoopGuard.session`.
 
-    Each method runs one engine transition atomically, keeps the new state and
-    publishes the decisions it reached (counted in `stats`, logged, sent to `on_event`),
-    so an adapter only acts on what a method returns. Made by `LoopGuard.session` (the
-    guard keeps the state) or `LoopGuard.detached` (the caller keeps it as a snapshot).
+    Each method runs one engine transition atomically, keeps the new state (in the
+    guard, or in the session when the caller keeps it as a snapshot) and publishes the
+    decisions it reached (counted in `stats`, logged, sent to `on_event`; a caller-kept
+    session's on `publish`), so an adapter only acts on what a method returns.
 
     Example:
         >>> guard = LoopGuard(warn_threshold=2)
@@ -329,9 +344,9 @@ class Session:
     """
 
     __slots__ = (
+        "_caller_keeps",
         "_conversations",
         "_decisions",
-        "_detached",
         "_engine",
         "_events",
         "_snapshots",
@@ -355,12 +370,12 @@ class Session:
         self._conversations = conversations
         self._snapshots = snapshots
         self.conversation = conversation
-        self._detached = state is not None
+        self._caller_keeps = state is not None
         self._state = _FRESH if state is None else state  # unused when the guard keeps it
-        self._decisions: list[Decision] = []  # a detached session's, published on close
+        self._decisions: list[Decision] = []  # a caller-kept session's, until `publish`
 
     def publish(self) -> None:
-        """Publish a detached session's decisions so far, once per point of its request
+        """Publish a caller-kept session's decisions so far, once per point of its request
         (its request and the steps counted in it)."""
         if self._decisions:
             turn = (self._state.request_id, self._state.counted)
@@ -374,7 +389,7 @@ class Session:
     @property
     def state(self) -> RequestState:
         """The conversation's current request state."""
-        if self._detached:
+        if self._caller_keeps:
             return self._state
         return self._conversations.get(self.conversation)
 
@@ -434,6 +449,12 @@ class Session:
             return self._engine.start_request(state, request_id), None, ()
 
         self._run(start)
+
+    def end_request(self) -> None:
+        """Forget the conversation, its request finished: the state the guard keeps and
+        its memory of published events (frees their memory)."""
+        self._conversations.forget(self.conversation)
+        self._events.forget(self.conversation)
 
     def open_batch(self, calls: Sequence[Call]) -> None:
         """Declare the calls of one model response, in the model's order (SPEC §4)."""
@@ -498,13 +519,15 @@ class Session:
         for _ in range(_CATCH_UP_TRIES):
             with conversations.lock:
                 held = (
-                    self._state if self._detached else conversations.states.get(self.conversation)
+                    self._state
+                    if self._caller_keeps
+                    else conversations.states.get(self.conversation)
                 )
             fresh = update(held)
             if fresh is None:
                 return
             with conversations.lock:
-                if self._detached:
+                if self._caller_keeps:
                     self._state = fresh
                     return
                 if conversations.states.get(self.conversation) is held:
@@ -516,7 +539,7 @@ class Session:
     ) -> _T:
         """Run one transition atomically, keep its state and publish its decisions."""
         conversations = self._conversations
-        if self._detached:
+        if self._caller_keeps:
             with conversations.lock:
                 self._state, value, decisions = step(self._state)
             self._decisions.extend(decisions)
@@ -537,3 +560,8 @@ def _no_value(
 ) -> tuple[RequestState, None, Sequence[Decision]]:
     state, decisions = transition
     return state, None, decisions
+
+
+def _deprecated(name: str, instead: str) -> None:
+    message = f"LoopGuard.{name} is deprecated: call guard.{instead}"
+    warnings.warn(message, DeprecationWarning, stacklevel=3)  # the caller of the method

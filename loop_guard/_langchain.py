@@ -1,17 +1,17 @@
 """Reading LangChain messages and tool outputs into the engine's terms, and writing the
-guard's own messages back (its events: `_langchain_sink.py`).
+guard's own messages back (its events: `_langchain_sink.py`). A pure codec: it knows
+no guard.
 
 Shared by every adapter, so each one reads a response's calls and a tool's result the
-same way (conversations: `_conversation.py`; requests and replays: `_history.py`).
+same way (conversations: `_conversation.py`; requests and replays: `_history.py`; what
+the adapters do with the guard around a batch's results and runs: `_faces.py`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from concurrent.futures import wait as wait_futures
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
@@ -22,9 +22,7 @@ from langgraph.types import Command
 from loop_guard import _messages
 from loop_guard._config import Normalizer
 from loop_guard._fingerprint import result_fingerprint
-from loop_guard._guard import LoopGuard, Session
 from loop_guard._messages import GUARD_NAME
-from loop_guard._siblings import original_of, original_output
 from loop_guard._values import Call, Result, Stop, reports_error
 from loop_guard._volatile import normalize_fresh
 
@@ -158,28 +156,6 @@ def answers_to(calls: Sequence[Call], answers: Sequence[BaseMessage]) -> list[To
         queue = waiting.get(call.id)
         found.append(queue.pop(0) if queue else None)
     return found
-
-
-def results_of(
-    guard: LoopGuard,
-    session: Session,
-    answered: Iterable[tuple[Call, ToolMessage]],
-    tools: Collection[str] | None = None,
-) -> list[tuple[Call, Result]]:
-    """Each answered call with its `Result`, read with its tool's normalizers (`tools`:
-    as for `result_of`).
-
-    An answer that cannot be read (a normalizer that raises) is reported and left out,
-    so that the rest of its batch is still recorded.
-    """
-    results = []
-    for call, answer in answered:
-        try:
-            normalizers = guard.config.normalizers(call.tool)
-            results.append((call, result_of(answer, normalizers, tools, args=call.args)))
-        except Exception as error:  # a fault of the guard's configuration: this call only
-            guard.report_fault(session.conversation, error)
-    return results
 
 
 def result_of(
@@ -381,74 +357,6 @@ def last_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage | None, list[
         if isinstance(message, ToolMessage):
             answers.append(message)
     return None, answers[::-1]
-
-
-def shared_run(
-    guard: LoopGuard,
-    conversation: str,
-    call: Call,
-    siblings: Sequence[Call],
-    produce: Callable[[], Any],
-) -> Any:
-    """Run a tool call; with `dedupe_siblings`, identical siblings share one run.
-
-    The first identical sibling (model order) runs; each later one waits for its output
-    and answers with a copy marked as a duplicate. Fails open: a duplicate whose
-    original does not start in time, or has no tool message, runs itself.
-    """
-    sharing = _sharing(guard, conversation, call, siblings)
-    if sharing is None:
-        return produce()
-    key, duplicates, original = sharing
-    if original is None:
-        return guard.siblings.run_original(key, duplicates, produce)
-    future = guard.siblings.wait(key, duplicates)
-    if future is None:
-        return produce()
-    wait_futures([future])
-    finished, output = original_output(future)
-    copy = duplicate_of(output, original, call.id, guard.config.normalizers(call.tool))
-    return produce() if not finished or copy is None else copy
-
-
-async def ashared_run(
-    guard: LoopGuard,
-    conversation: str,
-    call: Call,
-    siblings: Sequence[Call],
-    produce: Callable[[], Awaitable[Any]],
-) -> Any:
-    """Async twin of `shared_run`."""
-    sharing = _sharing(guard, conversation, call, siblings)
-    if sharing is None:
-        return await produce()
-    key, duplicates, original = sharing
-    if original is None:
-        return await guard.siblings.arun_original(key, duplicates, produce)
-    future = await guard.siblings.await_(key, duplicates)
-    if future is None:
-        return await produce()
-    try:  # shielded: cancelling this duplicate must not cancel the run others share
-        await asyncio.shield(asyncio.wrap_future(future))
-    except BaseException:
-        if not future.done():
-            raise  # this duplicate itself was cancelled
-    finished, output = original_output(future)
-    copy = duplicate_of(output, original, call.id, guard.config.normalizers(call.tool))
-    return await produce() if not finished or copy is None else copy
-
-
-def _sharing(
-    guard: LoopGuard, conversation: str, call: Call, siblings: Sequence[Call]
-) -> tuple[tuple[str, str], int, Call | None] | None:
-    """(key, duplicates, original or None for the original) when the run is shared."""
-    if not guard.config.dedupe_siblings:
-        return None
-    duplicates = sum(sibling == call for sibling in siblings) - 1  # same tool and args
-    if duplicates < 1:
-        return None
-    original = original_of(call, siblings)
-    return (conversation, (original or call).key), duplicates, original
 
 
 def block_message(tool_call_id: str, tool: str, text: str) -> ToolMessage:

@@ -308,4 +308,4 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
             # history lost.
             with self._claiming:
                 self._claimed.pop(str(ended), None)
-            self.guard.end_request(str(ended))
+            self.guard.session(str(ended)).end_request()

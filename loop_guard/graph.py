@@ -14,6 +14,7 @@ from typing_extensions import assert_never
 
 from loop_guard import _messages
 from loop_guard._conversation import conversation_for, session_for
+from loop_guard._faces import results_of
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
@@ -23,7 +24,6 @@ from loop_guard._langchain import (
     is_marked,
     last_batch,
     messages_of,
-    results_of,
     stop_messages,
 )
 from loop_guard._langchain_sink import dispatch_event

@@ -29,10 +29,10 @@ from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._conversation import ConversationKey, thread_of
 from loop_guard._events import GuardEvent
+from loop_guard._faces import ashared_run, results_of, shared_run
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     answers_to,
-    ashared_run,
     block_message,
     call_keys,
     calls_of,
@@ -40,8 +40,6 @@ from loop_guard._langchain import (
     last_batch,
     messages_of,
     position_of,
-    results_of,
-    shared_run,
     stop_messages,
     tool_names,
 )
@@ -160,7 +158,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
         """Start a new request: everything resets but the recent steps (SPEC §5, §8)."""
-        session = self.guard.detached(_conversation(state, runtime), _snapshot_of(state))
+        session = self.guard.session(_conversation(state, runtime), _snapshot_of(state))
         session.start_request(uuid.uuid4().hex)
         return {"loop_guard": session.snapshot()}
 
@@ -230,12 +228,12 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """With `exit_behavior="error"`, raise `LoopGuardAbort` once the run has ended.
 
         Raised here, after the history was completed, so the thread stays valid. The
-        run's memory of published events (see `LoopGuard.detached`) is released.
+        run's memory of published events (see `LoopGuard.session`) is released.
         """
-        conversation = _conversation(state, runtime)
-        self.guard.end_request(conversation)
+        session = self.guard.session(_conversation(state, runtime), _snapshot_of(state))
+        session.end_request()
         if self.exit_behavior == "error":
-            stop = self.guard.detached(conversation, _snapshot_of(state)).stop
+            stop = session.stop
             if stop is not None:
                 raise LoopGuardAbort(stop)
         return None
@@ -426,15 +424,17 @@ def _config_of(runtime: object) -> RunnableConfig | None:
         return None
 
 
-def _snapshot_of(state: LoopGuardState[Any]) -> Mapping[str, Any] | None:
-    """The guard's snapshot in `state`, in the current shape.
+def _snapshot_of(state: LoopGuardState[Any]) -> Mapping[str, Any]:
+    """The guard's snapshot in `state`, in the current shape (`{}` before the first).
 
     An older one may name the calls of its batches by tool-call id: the history's latest
     responses give their keys now, so a request checkpointed by an earlier version goes
     on as one uninterrupted run.
     """
     snapshot = state.get("loop_guard")
-    if not snapshot or snapshot.get("v") == SCHEMA_VERSION:
+    if not snapshot:
+        return {}  # still the caller's state to keep, fresh
+    if snapshot.get("v") == SCHEMA_VERSION:
         return snapshot  # the common case: written by this version
     return migrate(snapshot, call_keys(messages_of(state)))
 
@@ -447,7 +447,7 @@ def _session_of(guard: LoopGuard, state: LoopGuardState[Any], runtime: object) -
     pause after the model): such a reply is decided here, so that its calls count.
     """
     snapshot = state.get("loop_guard")
-    session = guard.detached(_conversation(state, runtime), _snapshot_of(state))
+    session = guard.session(_conversation(state, runtime), _snapshot_of(state))
     if snapshot and snapshot.get("v") != SCHEMA_VERSION:
         reply, _ = last_batch(messages_of(state))
         if reply is not None and reply.tool_calls and not session.decided(keys_of(reply)):

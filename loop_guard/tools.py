@@ -19,13 +19,13 @@ from pydantic import BaseModel, ConfigDict
 from typing_extensions import assert_never, override
 
 from loop_guard._conversation import conversation_for, session_for, watched
+from loop_guard._faces import ashared_run, shared_run
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     BLOCK_MARK,
     RESULT_KEY,
     STATE_KEY,
     STEER_MARK,
-    ashared_run,
     calls_of,
     error_result,
     last_batch,
@@ -33,7 +33,6 @@ from loop_guard._langchain import (
     position_of,
     result_of,
     result_record,
-    shared_run,
     tool_message_of,
 )
 from loop_guard._langchain_sink import dispatch_event

@@ -32,7 +32,8 @@ class Agent:
     def __init__(self, config: LoopGuardConfig | None = None, **overrides: Any) -> None:
         self.events: list[GuardEvent] = []
         self.guard = LoopGuard(config, on_event=self.events.append, **overrides)
-        self.guard.start_request(THREAD, "r1")
+        self.session = self.guard.session(THREAD)
+        self.session.start_request("r1")
         self.calls = 0
         self.stamps: list[tuple[int, str, str | None]] = []
 
@@ -40,10 +41,10 @@ class Agent:
         self.calls += 1
         call = Call.of(tool, args)
         before = len(self.events)
-        verdict = self.guard.check_call(THREAD, call)
+        verdict = self.session.check_call(call)
         if isinstance(verdict, Proceed):
             outcome = result if isinstance(result, Result) else Result.of(result, is_error=error)
-            self.guard.record_result(THREAD, call, outcome)
+            self.session.record_result(call, outcome)
         self.stamps += [(self.calls, e.kind, e.reason) for e in self.events[before:]]
         return type(verdict).__name__
 
@@ -56,17 +57,17 @@ class Agent:
             self.calls += 1
             calls.append(Call.of(tool, args, id=f"b{self.calls}"))
         before = len(self.events)
-        self.guard.open_batch(THREAD, calls)
-        verdicts = [self.guard.check_call(THREAD, call) for call in calls]
+        self.session.open_batch(calls)
+        verdicts = [self.session.check_call(call) for call in calls]
         for index in order or range(len(items)):
             _, _, result, error = items[index]
             if isinstance(verdicts[index], Proceed):
-                self.guard.record_result(THREAD, calls[index], Result.of(result, is_error=error))
+                self.session.record_result(calls[index], Result.of(result, is_error=error))
         self.stamps += [(self.calls, e.kind, e.reason) for e in self.events[before:]]
         return [type(verdict).__name__ for verdict in verdicts]
 
     def new_request(self, request_id: str) -> None:
-        self.guard.start_request(THREAD, request_id)
+        self.session.start_request(request_id)
 
 
 # Cycles -----------------------------------------------------------------------------
@@ -306,12 +307,11 @@ def test_the_backstop_holds_for_siblings_in_one_batch() -> None:
     """The refused call is refused in a batch too, beside a sibling that runs."""
     agent = Agent()
     read_then_grep(agent, 9)
-    guard = agent.guard
     read = Call.of("read", {"path": "ROADMAP.md"}, id="r")
     grep = Call.of("grep", {"q": "last"}, id="g")
-    guard.open_batch(THREAD, [read, grep])
-    assert type(guard.check_call(THREAD, read)).__name__ == "Block"
-    assert type(guard.check_call(THREAD, grep)).__name__ == "Proceed"
+    agent.session.open_batch([read, grep])
+    assert type(agent.session.check_call(read)).__name__ == "Block"
+    assert type(agent.session.check_call(grep)).__name__ == "Proceed"
 
 
 def test_runs_of_a_steered_call_beside_other_calls_count_toward_its_backstop() -> None:
@@ -550,12 +550,11 @@ def test_a_broken_tools_streak_follows_its_policy() -> None:
 def test_siblings_failing_the_same_way_count_as_argument_sets() -> None:
     """Four lookups in one response, all failing alike: steered after the batch."""
     agent = Agent()
-    guard = agent.guard
     calls = [Call.of("lookup", {"q": f"q{n}"}, id=f"c{n}") for n in range(4)]
-    guard.open_batch(THREAD, calls)
+    agent.session.open_batch(calls)
     for call in calls:
-        guard.check_call(THREAD, call)
-        guard.record_result(THREAD, call, Result.of(BROKEN, is_error=True))
+        agent.session.check_call(call)
+        agent.session.record_result(call, Result.of(BROKEN, is_error=True))
     assert [(e.kind, e.reason) for e in agent.events] == [("warn", "same_error")]
 
 

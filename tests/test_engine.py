@@ -24,7 +24,8 @@ class Driver:
         self.events: list[GuardEvent] = []
         config = LoopGuardConfig.pi() if config is None else config
         self.guard = LoopGuard(config, on_event=self.events.append, **overrides)
-        self.guard.start_request(THREAD, "request-1")
+        self.session = self.guard.session(THREAD)
+        self.session.start_request("request-1")
         self._ids = 0
 
     def batch(
@@ -35,20 +36,20 @@ class Driver:
         for tool, args, _ in calls:
             self._ids += 1
             built.append(Call.of(tool, args, id=f"call_{self._ids}"))
-        self.guard.open_batch(THREAD, built)
-        verdicts = [self.guard.check_call(THREAD, call) for call in built]
+        self.session.open_batch(built)
+        verdicts = [self.session.check_call(call) for call in built]
         for index, (call, verdict) in enumerate(zip(built, verdicts, strict=True)):
             if isinstance(verdict, Proceed):
                 result = Result.of(calls[index][2], is_error=bool(errors and errors[index]))
-                self.guard.record_result(THREAD, call, result)
+                self.session.record_result(call, result)
         return [type(v).__name__ for v in verdicts]
 
     def serial(self, tool: str, args: Any, result: Any, *, is_error: bool = False) -> str:
         """One call made on its own, without declaring a batch (a wrapper's view)."""
         call = Call.of(tool, args)
-        verdict = self.guard.check_call(THREAD, call)
+        verdict = self.session.check_call(call)
         if isinstance(verdict, Proceed):
-            self.guard.record_result(THREAD, call, Result.of(result, is_error=is_error))
+            self.session.record_result(call, Result.of(result, is_error=is_error))
         return type(verdict).__name__
 
     def kinds(self) -> list[str]:
@@ -71,10 +72,10 @@ def test_pending_steer_is_claimed_exactly_once() -> None:
     d = Driver()
     for _ in range(3):
         d.serial("read", {"path": "a"}, "same")
-    steer = d.guard.take_steer(THREAD)
+    steer = d.session.take_steer()
     assert steer is not None
     assert steer.streak == 3
-    assert d.guard.take_steer(THREAD) is None
+    assert d.session.take_steer() is None
 
 
 def test_four_identical_calls_run_and_the_fifth_is_blocked() -> None:
@@ -128,7 +129,7 @@ def test_abort_after_three_blocks_in_one_request() -> None:
     verdicts = [d.serial("read", {"path": "a"}, "same") for _ in range(7)]
     assert verdicts == ["Proceed"] * 4 + ["Block"] * 3
     assert d.kinds() == ["warn", "block", "block", "block", "abort"]
-    stop = d.guard.stop_of(THREAD)
+    stop = d.session.stop
     assert stop is not None
     assert stop.kind == "abort"
     assert stop.blocks == 3
@@ -141,8 +142,8 @@ def test_a_stop_drops_a_queued_steer() -> None:
     for _ in range(4):
         d.serial("read", {"path": "a"}, "same")
     assert d.serial("read", {"path": "a"}, "same") == "Block"
-    assert d.guard.stop_of(THREAD) is not None
-    assert d.guard.take_steer(THREAD) is None
+    assert d.session.stop is not None
+    assert d.session.take_steer() is None
 
 
 def test_everything_resets_at_a_new_request() -> None:
@@ -150,8 +151,8 @@ def test_everything_resets_at_a_new_request() -> None:
     d = Driver()
     for _ in range(7):
         d.serial("read", {"path": "a"}, "same")
-    assert d.guard.stop_of(THREAD) is not None
-    d.guard.start_request(THREAD, "request-2")
+    assert d.session.stop is not None
+    d.session.start_request("request-2")
     d.events.clear()
     verdicts = [d.serial("read", {"path": "a"}, "same") for _ in range(5)]
     assert verdicts == ["Proceed"] * 4 + ["Block"]
@@ -163,7 +164,7 @@ def test_announcing_the_current_request_again_does_not_reset() -> None:
     d = Driver()
     for _ in range(4):
         d.serial("read", {"path": "a"}, "same")
-    d.guard.start_request(THREAD, "request-1")
+    d.session.start_request("request-1")
     assert d.serial("read", {"path": "a"}, "same") == "Block"
 
 
@@ -234,17 +235,18 @@ def test_only_the_last_call_of_a_batch_in_model_order_is_compared() -> None:
 def test_results_arriving_out_of_order_settle_by_model_order() -> None:
     """Completion order does not matter: the model's order picks the compared call."""
     guard = LoopGuard()
-    guard.start_request(THREAD, "r")
+    session = guard.session(THREAD)
+    session.start_request("r")
     events: list[str] = []
     guard.on_event = lambda e: events.append(e.kind)
     for n in range(3):
         a = Call.of("read", {"path": "a"}, id=f"a{n}")
         b = Call.of("ls", {}, id=f"b{n}")
-        guard.open_batch(THREAD, [b, a])
+        session.open_batch([b, a])
         for call in (b, a):
-            assert isinstance(guard.check_call(THREAD, call), Proceed)
-        guard.record_result(THREAD, a, Result.of("A"))  # finishes first
-        guard.record_result(THREAD, b, Result.of("files"))
+            assert isinstance(session.check_call(call), Proceed)
+        session.record_result(a, Result.of("A"))  # finishes first
+        session.record_result(b, Result.of("files"))
     assert events == ["warn"]
 
 
@@ -260,18 +262,19 @@ def test_each_sibling_is_checked_against_the_last_counted_step() -> None:
 def test_racing_identical_calls_cannot_both_slip_past_a_block() -> None:
     """Decisions are atomic: 16 threads checking the blocked call all get a block."""
     guard = LoopGuard(abort_threshold=100)
-    guard.start_request(THREAD, "r")
+    session = guard.session(THREAD)
+    session.start_request("r")
     for _ in range(4):
         call = Call.of("read", {"path": "a"})
-        guard.check_call(THREAD, call)
-        guard.record_result(THREAD, call, Result.of("same"))
+        session.check_call(call)
+        session.record_result(call, Result.of("same"))
     barrier = threading.Barrier(16)
     verdicts: list[object] = []
 
     def race() -> None:
         call = Call.of("read", {"path": "a"})
         barrier.wait()
-        verdicts.append(guard.check_call(THREAD, call))
+        verdicts.append(session.check_call(call))
 
     threads = [threading.Thread(target=race) for _ in range(16)]
     for thread in threads:
@@ -288,7 +291,7 @@ def test_use_terminate_ends_the_request_on_a_fully_blocked_batch() -> None:
     d = Driver(use_terminate=True)
     verdicts = [d.serial("read", {"path": "a"}, "same") for _ in range(5)]
     assert verdicts[-1] == "Block"
-    stop = d.guard.stop_of(THREAD)
+    stop = d.session.stop
     assert stop is not None
     assert stop.kind == "terminate"
     assert d.kinds() == ["warn", "block", "terminate"]
@@ -300,7 +303,7 @@ def test_use_terminate_lets_a_mixed_batch_continue() -> None:
     for _ in range(4):
         d.serial("read", {"path": "a"}, "same")
     assert d.batch([("read", {"path": "a"}, "same"), ("ls", {}, "x")]) == ["Block", "Proceed"]
-    assert d.guard.stop_of(THREAD) is None
+    assert d.session.stop is None
     assert d.batch([("read", {"path": "b"}, "same")] * 2) == ["Proceed", "Proceed"]
 
 
@@ -310,8 +313,8 @@ def test_calls_after_an_abort_in_the_same_batch_are_answered_not_run() -> None:
     for _ in range(4):
         d.serial("read", {"path": "a"}, "same")
     calls = [Call.of("read", {"path": "a"}, id="r"), Call.of("ls", {}, id="l")]
-    d.guard.open_batch(THREAD, calls)
-    verdicts = [d.guard.check_call(THREAD, call) for call in calls]
+    d.session.open_batch(calls)
+    verdicts = [d.session.check_call(call) for call in calls]
     assert [type(v).__name__ for v in verdicts] == ["Block", "Block"]
     assert isinstance(verdicts[1], Block)
     assert "not run" in verdicts[1].message
@@ -332,31 +335,32 @@ def test_conversations_are_isolated() -> None:
     for n in range(4):
         for thread in ("t1", "t2"):
             call = Call.of("read", {"path": "a"})
-            assert isinstance(guard.check_call(thread, call), Proceed), (n, thread)
-            guard.record_result(thread, call, Result.of(f"{thread}-same"))
-    assert isinstance(guard.check_call("t1", Call.of("read", {"path": "a"})), Block)
-    assert isinstance(guard.check_call("t3", Call.of("read", {"path": "a"})), Proceed)
+            assert isinstance(guard.session(thread).check_call(call), Proceed), (n, thread)
+            guard.session(thread).record_result(call, Result.of(f"{thread}-same"))
+    assert isinstance(guard.session("t1").check_call(Call.of("read", {"path": "a"})), Block)
+    assert isinstance(guard.session("t3").check_call(Call.of("read", {"path": "a"})), Proceed)
 
 
 def test_recording_a_result_twice_counts_once() -> None:
     """Overlapping adapters (handler + wrapper) never double-count a step."""
     guard = LoopGuard()
+    session = guard.session(THREAD)
     for _ in range(4):
         call = Call.of("read", {"path": "a"})
-        guard.check_call(THREAD, call)
+        session.check_call(call)
         for _ in range(3):
-            guard.record_result(THREAD, call, Result.of("same"))
-        guard.open_batch(THREAD, [call])  # re-declaring a settled call is a no-op too
-    assert isinstance(guard.check_call(THREAD, Call.of("read", {"path": "a"})), Block)
+            session.record_result(call, Result.of("same"))
+        session.open_batch([call])  # re-declaring a settled call is a no-op too
+    assert isinstance(session.check_call(Call.of("read", {"path": "a"})), Block)
 
 
 def test_conversations_beyond_the_limit_are_forgotten() -> None:
     """Memory stays bounded: the least recently used conversation is evicted."""
     guard = LoopGuard(max_conversations=2)
     for thread in ("t1", "t2", "t3"):
-        guard.start_request(thread, "r")
+        guard.session(thread).start_request("r")
     assert list(guard._conversations.states) == ["t2", "t3"]
-    guard.end_request("t2")
+    guard.session("t2").end_request()
     assert list(guard._conversations.states) == ["t3"]
 
 
@@ -370,8 +374,8 @@ def test_a_failing_on_event_callback_never_reaches_the_agent(
 
     guard = LoopGuard(on_event=broken, warn_threshold=1, block_threshold=2)
     call = Call.of("x", {})
-    guard.check_call(THREAD, call)
-    guard.record_result(THREAD, call, Result.of("r"))
+    guard.session(THREAD).check_call(call)
+    guard.session(THREAD).record_result(call, Result.of("r"))
     assert "event receiver" in caplog.text
     assert "callback bug" in caplog.text
 
@@ -399,7 +403,7 @@ def test_thresholds_are_respected(warn: int, block: int, abort: int) -> None:
     assert set(verdicts[block - 1 + abort :]) == {"Stop"}
     assert d.events[0].kind == "warn"
     assert d.events[0].streak == warn
-    stop = d.guard.stop_of(THREAD)
+    stop = d.session.stop
     assert isinstance(stop, Stop)
     assert stop.blocks == abort
 
@@ -408,8 +412,38 @@ def test_a_snapshot_keeps_its_cycle_runs_when_cycles_are_not_detected() -> None:
     """A guard without cycle detection leaves the cycle runs of a snapshot alone (one
     written while it was on), so turning it back on finds them as they were."""
     guard = LoopGuard(detect_cycles=False)
-    session = guard.detached("c", {"request_id": "r", "runs": [1, 0, 0], "counted": 3})
+    session = guard.session("c", {"request_id": "r", "runs": [1, 0, 0], "counted": 3})
     call = Call.of("read", {}, key="k1")
     session.check_call(call)
     session.record_result(call, Result.of("x"))
     assert session.snapshot()["runs"] == [1, 0, 0]
+
+
+def test_the_deprecated_guard_methods_warn_and_still_work() -> None:
+    """Each old way in names the session method to call instead, and does what it did."""
+    guard = LoopGuard(warn_threshold=2, block_threshold=3)
+    call = Call.of("ls", {}, id="c")
+    steps: list[tuple[str, Any]] = [
+        ("start_request", lambda: guard.start_request("t", "r")),
+        ("open_batch", lambda: guard.open_batch("t", [call])),
+        ("check_call", lambda: guard.check_call("t", call)),
+        ("record_result", lambda: guard.record_result("t", call, Result.of("x"))),
+        ("settle", lambda: guard.settle("t")),
+        ("check_batch", lambda: guard.check_batch("t", [Call.of("ls", {}, id="d")])),
+        ("take_steer", lambda: guard.take_steer("t")),
+        ("stop_of", lambda: guard.stop_of("t")),
+    ]
+    for name, step in steps:
+        with pytest.warns(DeprecationWarning, match=rf"LoopGuard\.{name} .*guard\.session\("):
+            step()
+    session = guard.session("t")
+    assert session.state.request_id == "r"
+    assert session.state.counted == 1  # the one settled batch
+    with pytest.warns(DeprecationWarning, match=r"LoopGuard\.end_request"):
+        guard.end_request("t")
+    assert "t" not in guard._conversations.states
+    with pytest.warns(DeprecationWarning, match=r"LoopGuard\.detached .*\{\} for no snapshot"):
+        detached = guard.detached("t", None)
+    detached.start_request("r2")
+    assert detached.snapshot()["request_id"] == "r2"
+    assert "t" not in guard._conversations.states  # the caller keeps that state

@@ -102,7 +102,8 @@ def test_engine_matches_the_reference_model(
     """Zero divergences in verdicts, events and stop over random conversations."""
     events: list[str] = []
     guard = LoopGuard(LoopGuardConfig.pi(), on_event=lambda e: events.append(e.kind), **config)
-    guard.start_request("t", "r")
+    session = guard.session("t")
+    session.start_request("r")
     reference = Reference(
         warn=config["warn_threshold"],
         block=config["block_threshold"],
@@ -117,17 +118,17 @@ def test_engine_matches_the_reference_model(
             for i, (tool, args, _, _) in enumerate(batch)
         ]
         if declare or len(batch) > 1:
-            guard.open_batch("t", built)
-        verdicts = [guard.check_call("t", call) for call in built]
+            session.open_batch(built)
+        verdicts = [session.check_call(call) for call in built]
         ran = [i for i, v in enumerate(verdicts) if isinstance(v, Proceed)]
         rng.shuffle(ran)  # results arrive in any completion order
         for i in ran:
             _, _, result, is_error = batch[i]
-            guard.record_result("t", built[i], Result.of(f"r{result}", is_error=is_error))
+            session.record_result(built[i], Result.of(f"r{result}", is_error=is_error))
         expected = reference.run_batch(batch)
         assert [type(v).__name__ for v in verdicts] == expected, (index, batch)
         assert events == reference.events, (index, batch)
-    stop = guard.stop_of("t")
+    stop = session.stop
     assert (stop.kind if stop else None) == reference.stopped
 
 
@@ -135,13 +136,14 @@ def _first_event(config: LoopGuardConfig, batches: list[list[tuple[str, int, int
     """The index of the first batch with an event (len(batches) when none)."""
     events: list[str] = []
     guard = LoopGuard(config, on_event=lambda e: events.append(e.kind))
-    guard.start_request("t", "r")
+    session = guard.session("t")
+    session.start_request("r")
     for index, batch in enumerate(batches):
         built = [Call.of(t, {"n": a}, id=f"c{index}_{i}") for i, (t, a, _, _) in enumerate(batch)]
-        guard.open_batch("t", built)
+        session.open_batch(built)
         for call, (_, _, result, is_error) in zip(built, batch, strict=True):
-            if isinstance(guard.check_call("t", call), Proceed):
-                guard.record_result("t", call, Result.of(f"r{result}", is_error=is_error))
+            if isinstance(session.check_call(call), Proceed):
+                session.record_result(call, Result.of(f"r{result}", is_error=is_error))
         if events:
             return index
     return len(batches)

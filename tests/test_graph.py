@@ -409,8 +409,8 @@ def test_memory_proves_it_is_current_before_it_is_used() -> None:
     for guard in (here, elsewhere):
         announce(guard, "t", history)
         for call in (Call.of("ls", {}, id="call_0", key="a1#0"),):
-            guard.check_call("t", call)
-            guard.record_result("t", call, Result.of("x"))
+            guard.session("t").check_call(call)
+            guard.session("t").record_result(call, Result.of("x"))
     held = kept["t"]
     announce(here, "t", history)
     assert kept["t"] is held  # current: kept as it is
@@ -418,14 +418,14 @@ def test_memory_proves_it_is_current_before_it_is_used() -> None:
         history += response(n)
         announce(elsewhere, "t", history)
         call = Call.of("ls", {}, id="call_0", key=f"a{n}#0")
-        elsewhere.check_call("t", call)
-        elsewhere.record_result("t", call, Result.of("x"))
-    assert elsewhere.take_steer("t") is not None
+        elsewhere.session("t").check_call(call)
+        elsewhere.session("t").record_result(call, Result.of("x"))
+    assert elsewhere.session("t").take_steer() is not None
     history.append(HumanMessage("steer", name="loop_guard", id="s1"))
     announce(here, "t", history)
     assert kept["t"].to_dict() == elsewhere._conversations.states["t"].to_dict()
     assert kept["t"].streak == 3
-    assert here.take_steer("t") is None
+    assert here.session("t").take_steer() is None
     caught_up = kept["t"]
     announce(here, "t", [HumanMessage("Summarise this conversation.")])  # a summarizer's call
     assert kept["t"] is caught_up

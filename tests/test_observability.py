@@ -134,6 +134,6 @@ def test_the_engine_alone_dispatches_nothing_and_does_not_fail() -> None:
     guard = LoopGuard(warn_threshold=1, block_threshold=2)
     guard.subscribe(dispatch_event)
     call = Call.of("ls", {})
-    guard.check_call("t", call)
-    guard.record_result("t", call, Result.of("x"))
+    guard.session("t").check_call(call)
+    guard.session("t").record_result(call, Result.of("x"))
     assert guard.stats.warnings == 1

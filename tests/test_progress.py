@@ -30,22 +30,23 @@ class Agent:
         self.guard = LoopGuard(
             on_event=lambda e: self.kinds.append((self.calls, e.kind, e.reason)), **options
         )
-        self.guard.start_request(THREAD, "r1")
+        self.session = self.guard.session(THREAD)
+        self.session.start_request("r1")
 
     def step(self, tool: str, args: dict[str, Any], text: str, *, error: bool = False) -> str:
         self.calls += 1
         call = Call.of(tool, args, id=f"c{self.calls}")
-        verdict = self.guard.check_call(THREAD, call)
+        verdict = self.session.check_call(call)
         if isinstance(verdict, Proceed):
             message = ToolMessage(
                 text, tool_call_id=call.id, status="error" if error else "success"
             )
             normalizers = self.guard.config.normalizers(tool)
-            self.guard.record_result(THREAD, call, result_of(message, normalizers, args=args))
+            self.session.record_result(call, result_of(message, normalizers, args=args))
         return type(verdict).__name__
 
     def new_request(self, request_id: str) -> None:
-        self.guard.start_request(THREAD, request_id)
+        self.session.start_request(request_id)
 
 
 def sent(n: int) -> str:

@@ -156,14 +156,15 @@ def test_replay_counts_the_result_not_the_steer_appended_to_it() -> None:
 def test_late_sibling_gets_its_settled_verdict() -> None:
     """A sibling that asks after its batch was settled gets the same verdict again."""
     guard = LoopGuard(abort_threshold=10)
+    session = guard.session("t")
     for n in range(4):
         call = Call.of("ls", {}, id=f"a{n}")
-        guard.check_call("t", call)
-        guard.record_result("t", call, Result.of("x"))
+        session.check_call(call)
+        session.record_result(call, Result.of("x"))
     blocked_call, other = Call.of("ls", {}, id="b"), Call.of("cat", {}, id="c")
-    guard.check_batch("t", [blocked_call, other])
-    guard.record_result("t", other, Result.of("y"))  # settles the batch
-    assert type(guard.check_call("t", blocked_call)).__name__ == "Block"
+    session.check_batch([blocked_call, other])
+    session.record_result(other, Result.of("y"))  # settles the batch
+    assert type(session.check_call(blocked_call)).__name__ == "Block"
     assert guard.stats.blocks == 1
 
 
@@ -205,8 +206,8 @@ def test_configuration_abuse_never_crashes(variable: str, raw: str) -> None:
         assert config.enabled is not (big_warn or small_block)
     guard = LoopGuard(config)
     call = Call.of("x", {})
-    guard.check_call("t", call)
-    guard.record_result("t", call, Result.of("r"))
+    guard.session("t").check_call(call)
+    guard.session("t").record_result(call, Result.of("r"))
 
 
 def test_blocked_history_from_a_mixed_batch_stays_valid_in_the_graph() -> None:
@@ -251,12 +252,12 @@ def test_arbitrary_values_never_make_the_guard_raise(
 ) -> None:
     """Any args and any result: fingerprints are stable and every decision is made."""
     assert args_fingerprint(args) == args_fingerprint(args)
-    guard = LoopGuard(warn_threshold=1, block_threshold=2)
+    session = LoopGuard(warn_threshold=1, block_threshold=2).session("t")
     for _ in range(3):
         call = Call.of("tool", args)
-        verdict = guard.check_call("t", call)
+        verdict = session.check_call(call)
         if type(verdict).__name__ == "Proceed":
-            guard.record_result("t", call, Result.of(result, is_error=is_error))
+            session.record_result(call, Result.of(result, is_error=is_error))
 
 
 def test_numpy_arrays_compare_by_content() -> None:

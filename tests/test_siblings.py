@@ -162,7 +162,7 @@ def test_a_retried_original_shares_its_retry() -> None:
 
 def test_cancelling_one_sibling_leaves_the_others_their_result() -> None:
     from loop_guard import Call
-    from loop_guard._langchain import ashared_run
+    from loop_guard._faces import ashared_run
 
     guard = LoopGuard(dedupe_siblings=True)
     calls = [Call.of("fetch", {"url": "u"}, id=f"c{n}") for n in range(3)]

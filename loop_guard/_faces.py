@@ -1,0 +1,115 @@
+"""What the LangChain faces do with the guard beyond one transition: read a batch's
+results (reporting those that cannot be read) and share one run among identical
+siblings. The codec they use is `_langchain.py`, which knows no guard."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+
+from loop_guard._guard import LoopGuard, Session
+from loop_guard._langchain import duplicate_of, result_of
+from loop_guard._siblings import original_of, original_output
+from loop_guard._values import Call, Result
+
+
+def results_of(
+    guard: LoopGuard,
+    session: Session,
+    answered: Iterable[tuple[Call, ToolMessage]],
+    tools: Collection[str] | None = None,
+) -> list[tuple[Call, Result]]:
+    """Each answered call with its `Result`, read with its tool's normalizers (`tools`:
+    as for `result_of`).
+
+    An answer that cannot be read (a normalizer that raises) is reported and left out,
+    so that the rest of its batch is still recorded.
+    """
+    results = []
+    for call, answer in answered:
+        try:
+            normalizers = guard.config.normalizers(call.tool)
+            results.append((call, result_of(answer, normalizers, tools, args=call.args)))
+        except Exception as error:  # a fault of the guard's configuration: this call only
+            guard.report_fault(session.conversation, error)
+    return results
+
+
+def shared_run(
+    guard: LoopGuard,
+    conversation: str,
+    call: Call,
+    siblings: Sequence[Call],
+    produce: Callable[[], Any],
+) -> Any:
+    """Run a tool call; with `dedupe_siblings`, identical siblings share one run.
+
+    The first identical sibling (model order) runs; each later one waits for its output
+    and answers with a copy marked as a duplicate. Fails open: a duplicate whose
+    original does not start in time, or has no tool message, runs itself.
+    """
+    sharing = _sharing(guard, conversation, call, siblings)
+    if sharing is None:
+        return produce()
+    key, duplicates, original = sharing
+    if original is None:
+        return guard.siblings.run_original(key, duplicates, produce)
+    future = guard.siblings.wait(key, duplicates)
+    if future is None:
+        return produce()
+    wait_futures([future])
+    copy = _copy(guard, future, original, call)
+    return produce() if copy is None else copy
+
+
+async def ashared_run(
+    guard: LoopGuard,
+    conversation: str,
+    call: Call,
+    siblings: Sequence[Call],
+    produce: Callable[[], Awaitable[Any]],
+) -> Any:
+    """Async twin of `shared_run`."""
+    sharing = _sharing(guard, conversation, call, siblings)
+    if sharing is None:
+        return await produce()
+    key, duplicates, original = sharing
+    if original is None:
+        return await guard.siblings.arun_original(key, duplicates, produce)
+    future = await guard.siblings.await_(key, duplicates)
+    if future is None:
+        return await produce()
+    try:  # shielded: cancelling this duplicate must not cancel the run others share
+        await asyncio.shield(asyncio.wrap_future(future))
+    except BaseException:
+        if not future.done():
+            raise  # this duplicate itself was cancelled
+    copy = _copy(guard, future, original, call)
+    return await produce() if copy is None else copy
+
+
+def _sharing(
+    guard: LoopGuard, conversation: str, call: Call, siblings: Sequence[Call]
+) -> tuple[tuple[str, str], int, Call | None] | None:
+    """(key, duplicates, original or None for the original) when the run is shared."""
+    if not guard.config.dedupe_siblings:
+        return None
+    duplicates = sum(sibling == call for sibling in siblings) - 1  # same tool and args
+    if duplicates < 1:
+        return None
+    original = original_of(call, siblings)
+    return (conversation, (original or call).key), duplicates, original
+
+
+def _copy(guard: LoopGuard, future: Future[Any], original: Call, call: Call) -> ToolMessage | None:
+    """A duplicate's answer from its original's finished run; `None` when it must run
+    itself (the original was interrupted, or its output has no tool message)."""
+    finished, output = original_output(future)
+    if not finished:
+        return None
+    return duplicate_of(output, original, call.id, guard.config.normalizers(call.tool))
