@@ -6,8 +6,8 @@
 Cases: `healthy` (a new call and a new result on every step), `repeating` (the same call
 and the same small result on every step, thresholds out of reach, so that every detector
 looks and none fires), `result_of` (the adapters' `Result` for a 200-character tool
-message, with the default normalizers). A step is `Call.of` + `LoopGuard.check_call` +
-`Result.of` + `LoopGuard.record_result`. Prints the median and the minimum of `rounds`
+message, with the default normalizers). A step is `Call.of` + `Session.check_call` +
+`Result.of` + `Session.record_result`. Prints the median and the minimum of `rounds`
 samples of `ops` steps each. Only the standard library and the package are imported, so
 the script times any tree of the package: run it with each one's PYTHONPATH, alternately,
 to compare two versions in one run on a noisy machine.
@@ -29,15 +29,16 @@ OUT_OF_REACH = 10**8
 
 def healthy() -> Callable[[int], None]:
     guard = LoopGuard()
-    guard.start_request("bench", "request")
+    session = guard.session("bench")
+    session.start_request("request")
     steps = iter(range(1 << 60))  # new calls across samples too
 
     def run(ops: int) -> None:
         for _ in range(ops):
             n = next(steps)
             call = Call.of("read_file", {**ARGS, "start_line": n})
-            guard.check_call("bench", call)
-            guard.record_result("bench", call, Result.of(f"line {n}: value = compute(index)"))
+            session.check_call(call)
+            session.record_result(call, Result.of(f"line {n}: value = compute(index)"))
 
     return run
 
@@ -48,13 +49,14 @@ def repeating() -> Callable[[int], None]:
         block_threshold=OUT_OF_REACH + 1,
         backstop_threshold=OUT_OF_REACH + 2,
     )
-    guard.start_request("bench", "request")
+    session = guard.session("bench")
+    session.start_request("request")
 
     def run(ops: int) -> None:
         for _ in range(ops):
             call = Call.of("read_file", ARGS)
-            guard.check_call("bench", call)
-            guard.record_result("bench", call, Result.of("the same small result"))
+            session.check_call(call)
+            session.record_result(call, Result.of("the same small result"))
 
     return run
 
