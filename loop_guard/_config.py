@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, final
+from typing import Any, NamedTuple, final
 
 from loop_guard._volatile import normalize_fresh, normalize_volatile
 
@@ -24,6 +24,13 @@ _FALSE = frozenset({"false", "0", "no", "off"})
 
 Normalizer = Callable[[str], str]
 """Rewrites a result's text before it is fingerprinted (see `ToolPolicy.normalizer`)."""
+
+
+class Thresholds(NamedTuple):
+    """The streak (or cycle laps) that steers, and the identical call that is blocked."""
+
+    warn: int
+    block: int
 
 
 @final
@@ -57,7 +64,7 @@ class ToolPolicy:
 
     Example:
         >>> config = LoopGuardConfig(tools={"poll_job": ToolPolicy(block_threshold=30)})
-        >>> config.thresholds("poll_job"), config.thresholds("read")
+        >>> tuple(config.thresholds("poll_job")), tuple(config.thresholds("read"))
         ((3, 30), (3, 5))
     """
 
@@ -217,12 +224,17 @@ class LoopGuardConfig:
         """
         return cls(**{**_PI_OFF, **overrides})
 
-    def thresholds(self, tool: str) -> tuple[int, int]:
-        """The (warn, block) thresholds in force for one tool."""
+    def thresholds(self, tool: str) -> Thresholds:
+        """The thresholds in force for one tool.
+
+        Example:
+            >>> LoopGuardConfig(tools={"poll": ToolPolicy(block_threshold=30)}).thresholds("poll")
+            Thresholds(warn=3, block=30)
+        """
         policy = self.tools.get(tool)
         if policy is None:
-            return self.warn_threshold, self.block_threshold
-        return (
+            return Thresholds(self.warn_threshold, self.block_threshold)
+        return Thresholds(
             self.warn_threshold if policy.warn_threshold is None else policy.warn_threshold,
             self.block_threshold if policy.block_threshold is None else policy.block_threshold,
         )
@@ -235,7 +247,7 @@ class LoopGuardConfig:
             >>> LoopGuardConfig(tools={"poll": ToolPolicy(block_threshold=30)}).backstop("poll")
             30
         """
-        return max(self.backstop_threshold, self.thresholds(tool)[1])
+        return max(self.backstop_threshold, self.thresholds(tool).block)
 
     def detects_same_error(self, tool: str) -> bool:
         """Whether identical errors for different args make this tool count as broken."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from loop_guard import _messages
-from loop_guard._config import LoopGuardConfig
+from loop_guard._config import LoopGuardConfig, Thresholds
 from loop_guard._state import (
     SAME_ERROR_ARGS,
     UNKNOWN_ARGS,
@@ -183,7 +183,7 @@ def streak_block(
         last is None
         or last.tool != call.tool
         or last.args != args
-        or state.streak < config.thresholds(call.tool)[1] + patience(config, state) - 1
+        or state.streak < config.thresholds(call.tool).block + patience(config, state) - 1
     ):
         return None
     if args == UNKNOWN_ARGS:
@@ -204,7 +204,7 @@ def cycle_block(
     if found is None:
         return None
     steps, laps = found
-    if laps >= cycle_thresholds(config, steps)[1] - 1 and any(
+    if laps >= cycle_thresholds(config, steps).block - 1 and any(
         step.tool == call.tool and step.args == args for step in steps
     ):
         text = _messages.cycle_block_text(call.tool, [step.tool for step in steps], laps)
@@ -256,7 +256,7 @@ def steer_broken(
         folded = Step(record.tool, SAME_ERROR_ARGS, record.error)
         if record.tool not in broken or any(e.step == folded for e in steered):
             continue
-        warn = config.thresholds(record.tool)[0]
+        warn = config.thresholds(record.tool).warn
         if not record.weak:  # weak evidence is steered once, never refused
             steered = _remember(steered, folded, warn, again=False, seen=record.calls)
         if steer is None:  # one steer per batch: a later return is steered again
@@ -275,12 +275,12 @@ def patience(config: LoopGuardConfig, state: RequestState) -> int:
     return config.near_repeat_patience if state.near else 0
 
 
-def cycle_thresholds(config: LoopGuardConfig, steps: tuple[Step, ...]) -> tuple[int, int]:
+def cycle_thresholds(config: LoopGuardConfig, steps: tuple[Step, ...]) -> Thresholds:
     """The steer and block laps of a cycle: its most lenient tool's thresholds."""
     # A tool declared tolerant (a poll) keeps the cycle it is part of from being
     # stopped early.
     thresholds = [config.thresholds(step.tool) for step in steps]
-    return max(warn for warn, _ in thresholds), max(block for _, block in thresholds)
+    return Thresholds(max(t.warn for t in thresholds), max(t.block for t in thresholds))
 
 
 def window(state: RequestState, size: int) -> tuple[Step, ...]:

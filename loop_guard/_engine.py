@@ -5,6 +5,22 @@ with the decisions it implies. Adapters keep the state wherever suits them (the
 `LoopGuard` registry, or a checkpointed field of the agent state) and act on the
 decisions.
 
+Glossary (one word per concept, in code and docs):
+
+- *call*: one tool call of a model response, keyed by its response and position (`Call.key`);
+  *batch*: the calls of one response; *settle*: close a batch once its calls are answered.
+- *result*: what a call returned, as a fingerprint; *outcome*: what became of a batch entry
+  (a result, or `allowed`, `blocked`, `not_run`, `ignored`); *variant*: the result as
+  returned when its fresh values were masked (a *near-repeat* differs only there).
+- *step*: a counted (tool, args, result); *streak*: identical steps in a row; *lap*: one
+  round of a cycle; *turn*: one request, from a user message on.
+- *steer*: the message that tells the model to change course (its event kind is `"warn"`,
+  the Pi extension's word); *block*: a refused call; *stop*: the end of a request, by
+  *abort* (too many blocks) or *terminate*; *backstop*: the block of a steered call's Nth
+  run however spread out.
+- *change*: a successful call of a tool that changes state, not one re-applied; *weak*
+  evidence: a shell's exit status or an error alike only once its quoted args are masked.
+
 Theory of operation. The state is one request of one conversation: the open batch (the
 calls of one model response and what became of each), the last settled batch, and what
 the counted steps built up: the streak of identical steps, the recent steps and the
@@ -537,7 +553,7 @@ class Engine:
             elif steered is None and step.args == SAME_ERROR_ARGS:
                 # The failing calls that showed the tool broken were one call: its
                 # streak starts where a steer is due.
-                state.streak = self.config.thresholds(step.tool)[0]
+                state.streak = self.config.thresholds(step.tool).warn
         state.variant = variant
         if escalate and state.steered:
             state.steered = _counted(state.steered, step)
@@ -568,7 +584,7 @@ class Engine:
         """The steer a newly counted step calls for, if any: the first of `STEERS` that
         fires; each keeps its own record so it fires once."""
         config = self.config
-        warn = config.thresholds(step.tool)[0]
+        warn = config.thresholds(step.tool).warn
         found = self._cycle(state)
         if state.cycle_warned and found is None:  # the cycle broke: a new one steers again
             state.cycle_warned = False
