@@ -74,8 +74,8 @@ def text_args(size: int) -> dict[str, Any]:
     return {"path": "out/data.txt", "mode": "w", "content": text(max(size - 50, 1))}
 
 
-ROTATION = "abcde"
-"""Five results in turn: a rotation longer than any cycle the guard looks for (4 steps)
+ROTATION = "abcdefghi"
+"""Nine results in turn: a rotation longer than any cycle the guard looks for (6 steps)
 and sparser than its interleaved-repeat window allows, so every step is healthy."""
 
 
@@ -271,7 +271,7 @@ def run(scale: Scale) -> Section:
     section.notes.append(
         "Each row interleaves floor, fingerprints and step in one run; medians of"
         f" {'3' if scale.quick else '11 (small, medium) or 5 (large)'} samples, each sample"
-        " timing many operations. Results rotate over five texts of the same size, so"
+        " timing many operations. Results rotate over nine texts of the same size, so"
         " the steps are healthy (no steer, no block)."
     )
     return section

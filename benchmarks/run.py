@@ -1,9 +1,13 @@
-"""Run the loop_guard benchmark suite; print the tables and write RESULTS.md.
+"""Run the loop_guard benchmark suite; print the tables and, with --write, the markdown.
 
-    .venv/bin/python benchmarks/run.py            # everything, full size (several minutes)
+    .venv/bin/python benchmarks/run.py --write benchmarks/RESULTS.md  # regenerates RESULTS.md
+    .venv/bin/python benchmarks/run.py            # everything, full size, printed only
     .venv/bin/python benchmarks/run.py --peers    # also install and measure the peers
     .venv/bin/python benchmarks/run.py --quick    # every benchmark at tiny sizes (CI smoke)
-    .venv/bin/python benchmarks/run.py --only 1,3 # some benchmarks only
+    .venv/bin/python benchmarks/run.py --only 1,3 # some benchmarks only, printed only
+
+A written file holds every benchmark from one run of one commit (stamped into it), so --write
+refuses --only. What the file holds from its HAND_WRITTEN marker on is kept as it is.
 
 Targets are reported, never asserted: the exit status is 0 unless a benchmark crashed.
 """
@@ -19,7 +23,7 @@ from pathlib import Path
 
 from _harness import (
     FULL,
-    HERE,
+    HAND_WRITTEN,
     QUICK,
     Scale,
     Section,
@@ -49,20 +53,23 @@ def benchmarks(scale: Scale, *, peers: bool) -> dict[str, Callable[[], Section]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="loop_guard benchmarks (issue 7)")
+    parser = argparse.ArgumentParser(description="loop_guard benchmarks")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: the CI smoke pass")
     parser.add_argument("--peers", action="store_true", help="install and measure the peers")
     parser.add_argument("--only", default="", help="comma-separated benchmark numbers (1-5)")
     parser.add_argument(
-        "--out",
+        "--write",
         type=Path,
         default=None,
-        help="markdown file to write (default: benchmarks/RESULTS.md for a full run; "
-        "none for --quick, so the committed results are not overwritten)",
+        metavar="FILE",
+        help="write the markdown to FILE (benchmarks/RESULTS.md: the committed results), "
+        "keeping FILE's hand-written part; every benchmark, so not with --only",
     )
     args = parser.parse_args(argv)
     if args.quick and args.peers:
         parser.error("--quick never installs the peers; drop --peers")
+    if args.write is not None and args.only:
+        parser.error("--write writes every benchmark from one run; drop --only")
     # Every guard logs its interventions; keep the benchmark's output to its tables.
     logging.getLogger().addHandler(logging.NullHandler())
     scale = QUICK if args.quick else FULL
@@ -81,18 +88,23 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(section)
     print_flush(render_text(sections))
     print_flush(f"\nTotal: {time.perf_counter() - started:.0f} s")
-    out = args.out if args.out is not None else (None if args.quick else HERE / "RESULTS.md")
-    if out is not None:
+    if args.write is not None:
         command = "python benchmarks/run.py" + (" --peers" if args.peers else "")
-        command += " --quick" if args.quick else ""
-        preface = ""
-        if (HERE / "FINDINGS.md").exists():
-            preface = (
-                "Why the missed targets miss — profiles, where the time goes, suggested fixes in"
-                " the package: [FINDINGS.md](FINDINGS.md)."
-            )
-        out.write_text(render_markdown(sections, info, command=command, preface=preface))
-        print_flush(f"Wrote {out}")
+        command += (" --quick" if args.quick else "") + f" --write {args.write}"
+        hand_written = ""
+        if args.write.exists():
+            old = args.write.read_text()
+            if HAND_WRITTEN in old:
+                hand_written = old[old.index(HAND_WRITTEN) :]
+        preface = (
+            "Why the missed targets miss — profiles, where the time goes, what stands between"
+            " the guard and the targets: [FINDINGS.md](FINDINGS.md)."
+        )
+        markdown = render_markdown(
+            sections, info, command=command, preface=preface, hand_written=hand_written
+        )
+        args.write.write_text(markdown)
+        print_flush(f"Wrote {args.write}")
     crashed = [s.key for s in sections if s.error]
     if crashed:
         print_flush(f"Crashed: benchmark(s) {', '.join(crashed)}", file=sys.stderr)

@@ -1,15 +1,17 @@
-"""Soak test: one guard, many conversations, for a while; nothing leaks, nothing drifts.
+"""Soak: one guard, many conversations, for a while; nothing leaks, nothing drifts.
 
-    .venv/bin/python benchmarks/soak.py [--seconds 120] [--face graph|middleware|both] [--quick]
+    .venv/bin/python benchmarks/soak.py [--seconds 120] [--face graph|middleware|both]
 
 Rounds of conversations run at once — OS threads and asyncio tasks on one guard (the
 graph face) or one compiled agent (the middleware face). Stubborn conversations must end
 after exactly 7 model calls with 3 blocks; healthy ones must finish untouched. After
-each round the retained memory is sampled; the run fails (exit 1) if any conversation
-deviates, if any guard error event appears, or if memory keeps growing round after round.
-The graph face runs without thread ids, so each request is a conversation of its own that
-only the guard's `max_conversations` bound releases: the soak sets it to 200 and checks that
-memory levels off there. `--quick` is the smoke pass CI runs (a few small rounds).
+each round the retained memory is sampled. Per face it reports rounds, conversations,
+deviations, guard errors and the retained memory's growth per round, and exits 1 if any
+conversation deviates, if any guard error event appears, or if memory keeps growing round
+after round. The graph face runs without thread ids, so each request is a conversation of
+its own that only the guard's `max_conversations` bound releases: the soak sets it to 200
+and checks that memory levels off there. `tests/test_soak.py` runs a few small rounds of
+each face as part of the test suite.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 import tracemalloc
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain.agents import create_agent
@@ -115,38 +118,60 @@ def run_round(runnable: Any, round_number: int, tasks_per_round: int) -> list[st
     return [problem for t in tasks if (problem := check(t, results[t])) is not None]
 
 
-def soak(face: str, seconds: float, tasks_per_round: int, min_rounds: int) -> bool:
+@dataclass
+class Report:
+    """What one face's soak found."""
+
+    face: str
+    rounds: int = 0
+    conversations: int = 0
+    problems: list[str] = field(default_factory=list)
+    errors: int = 0
+    samples: list[int] = field(default_factory=list)  # retained bytes after each round
+    growth: float = 0.0  # bytes per round, first third of the run to the last
+    held: int = 0  # conversations the guard holds at the end
+
+    @property
+    def levelled(self) -> bool:
+        """Memory may rise until the conversation bound is reached, then must level off."""
+        return self.held < BOUND or self.growth < 16 * 1024
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.errors == 0 and self.levelled
+
+    def summary(self) -> str:
+        return (
+            f"{self.face}: {self.rounds} rounds, {self.conversations} conversations, "
+            f"{len(self.problems)} deviations, {self.errors} guard errors, retained memory "
+            f"{self.samples[0] / 1024:.0f} KiB -> {self.samples[-1] / 1024:.0f} KiB "
+            f"({self.growth / 1024:+.1f} KiB per round), guard holds {self.held} conversations"
+        )
+
+
+def soak(face: str, seconds: float, tasks_per_round: int, min_rounds: int) -> Report:
     events: list[GuardEvent] = []
     runnable, guard = build(face, events)
+    report = Report(face)
     tracemalloc.start()
-    samples: list[int] = []
-    rounds = problems = 0
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline or rounds < min_rounds:
-        rounds += 1
-        found = run_round(runnable, rounds, tasks_per_round)
-        problems += len(found)
-        for problem in found[:3]:
-            print(f"  round {rounds}: {problem}")
+    while time.monotonic() < deadline or report.rounds < min_rounds:
+        report.rounds += 1
+        found = run_round(runnable, report.rounds, tasks_per_round)
+        report.problems += [f"round {report.rounds}: {problem}" for problem in found]
         events.clear()  # keep only what the guard itself retains
         gc.collect()
-        samples.append(tracemalloc.get_traced_memory()[0])
+        report.samples.append(tracemalloc.get_traced_memory()[0])
     tracemalloc.stop()
-    errors = guard.stats.errors
+    report.errors = guard.stats.errors
     # Growth between the first and the last third of the run, per round.
+    samples, rounds = report.samples, report.rounds
     third = max(1, len(samples) // 3)
     early, late = sum(samples[:third]) / third, sum(samples[-third:]) / third
-    growth = (late - early) / max(1, rounds - third)
-    conversations = rounds * (tasks_per_round + THREADS)
-    print(
-        f"{face}: {rounds} rounds, {conversations} conversations, {problems} deviations, "
-        f"{errors} guard errors, retained memory {samples[0] / 1024:.0f} KiB -> "
-        f"{samples[-1] / 1024:.0f} KiB ({growth / 1024:+.1f} KiB per round), "
-        f"guard holds {len(guard._conversations.states)} conversations"
-    )
-    # Memory may rise until the conversation bound is reached, then must level off.
-    levelled = len(guard._conversations.states) < BOUND or growth < 16 * 1024
-    return problems == 0 and errors == 0 and levelled
+    report.growth = (late - early) / max(1, rounds - third)
+    report.conversations = rounds * (tasks_per_round + THREADS)
+    report.held = len(guard._conversations.states)
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,14 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=120.0, help="per face (default 120)")
     parser.add_argument("--face", choices=["graph", "middleware", "both"], default="both")
-    parser.add_argument("--quick", action="store_true", help="a few small rounds (CI)")
     args = parser.parse_args(argv)
     faces = ["graph", "middleware"] if args.face == "both" else [args.face]
-    if args.quick:
-        healthy = [soak(face, 0, tasks_per_round=8, min_rounds=2) for face in faces]
-        return 0 if all(healthy) else 1
-    healthy = [soak(face, args.seconds, tasks_per_round=TASKS, min_rounds=6) for face in faces]
-    return 0 if all(healthy) else 1
+    healthy = True
+    for face in faces:
+        report = soak(face, args.seconds, tasks_per_round=TASKS, min_rounds=6)
+        for problem in report.problems[:3]:
+            print(f"  {problem}")
+        print(report.summary(), flush=True)
+        healthy = healthy and report.ok
+    return 0 if healthy else 1
 
 
 if __name__ == "__main__":
