@@ -114,8 +114,8 @@ THREAD: dict[str, Any] = {"configurable": {"thread_id": "t1"}}
 def test_create_deep_agent_alone_leaves_subagents_unguarded() -> None:
     """Why the helper exists: deepagents keeps the main agent's middleware to itself.
 
-    The general-purpose subagent loops on until the script gives up (issue 15 saw a
-    stubborn one make 2,948 model calls).
+    The general-purpose subagent loops on until the script gives up (a stubborn one
+    was seen to make 2,948 model calls).
     """
     play = Play(delegate(FIND), stubborn_sub)
     agent = create_deep_agent(

@@ -1,4 +1,4 @@
-"""The detectors beyond the Pi extension (SPEC §8, issue 5), on the engine directly."""
+"""The detectors beyond the Pi extension (SPEC §8), on the engine directly."""
 
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ def test_a_plain_run_across_a_user_message_starts_a_fresh_streak() -> None:
     assert agent.stamps == [(3, "warn", "repeat")]
 
 
-# The backstop of every steer (issue 14) ---------------------------------------------------
+# The backstop of every steer ---------------------------------------------------
 
 
 def read_then_grep(agent: Agent, rounds: int) -> list[str]:
@@ -359,7 +359,7 @@ def test_the_backstop_counts_only_this_requests_runs() -> None:
     assert runs == 9
 
 
-# Same error, any args (issue 14) --------------------------------------------------------------
+# Same error, any args --------------------------------------------------------------
 
 BROKEN = "'str' object has no attribute 'get'"
 

@@ -140,7 +140,7 @@ def test_batches_that_count_no_step_do_not_shorten_the_rebuilt_memory() -> None:
     assert reasons["graph"] == reasons["middleware"]
 
 
-# Issue 14: both shapes stopped through every face, sync and async -----------------------
+# both shapes stopped through every face, sync and async -----------------------
 
 ROADMAP = ("read_file", {"path": "ROADMAP.md"})
 

@@ -1,4 +1,4 @@
-"""Attaching the guard the way LangChain users reach for it (issue 15): the obvious graph
+"""Attaching the guard the way LangChain users reach for it: the obvious graph
 wiring, LangGraph's custom stream, whatever `create_agent` accepts as tools, loud
 misconfiguration, and a quiet log on a stop."""
 

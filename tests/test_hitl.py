@@ -1,4 +1,4 @@
-"""`LoopGuardMiddleware` with `HumanInTheLoopMiddleware` (issue 15, item 4): a reply the
+"""`LoopGuardMiddleware` with `HumanInTheLoopMiddleware`: a reply the
 guard refuses in full never reaches the human, whichever order the two are listed in; a
 reply refused in part reaches the human only in the documented cases (batched mode, or
 `per_call` with the human listed first), and never runs the refused call or breaks the

@@ -287,7 +287,7 @@ def test_main_rejects_a_missing_subcommand() -> None:
 def test_scan_names_the_same_error_detector_and_takes_its_threshold(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A broken tool asked for something new each time (issue 14)."""
+    """A broken tool asked for something new each time."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Find the course"}]
     for n in range(1, 9):
         messages.append(openai_call(n, "lookup", {"q": f"query {n}"}))

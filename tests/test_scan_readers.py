@@ -1,5 +1,5 @@
 """`loop-guard scan`: a flag for every setting, `--pi`, checkpoint databases in SQLite and in
-PostgreSQL, the extras each reader needs, and databases that try to run code (issue 15)."""
+PostgreSQL, the extras each reader needs, and databases that try to run code."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ SWITCHABLE = [f for f in FIELDS if f.name != "enabled"]
 def test_every_configuration_field_has_a_flag_that_wins_over_its_variable(
     field: dataclasses.Field[Any], captured: list[LoopGuardConfig], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Derived from the dataclass: a field added later cannot be forgotten (issue 15, 9b)."""
+    """Derived from the dataclass: a field added later cannot be forgotten."""
     arguments, variable, expected = other_values(field)
     assert scan(*arguments, "x.json")[0] == 0
     monkeypatch.setenv("LOOP_GUARD_" + field.name.upper(), variable)
@@ -304,7 +304,7 @@ def postgres_saver(url: str) -> Any:
 def test_a_langgraph_postgres_checkpointer_is_read_like_sqlite(
     postgres: str, tmp_path: Path
 ) -> None:
-    """The same threads in PostgreSQL and in SQLite give the same findings (issue 15, 9b)."""
+    """The same threads in PostgreSQL and in SQLite give the same findings."""
     with postgres_saver(postgres) as saver:
         saver.setup()
         run_agent(saver, ("looping", "other"))
