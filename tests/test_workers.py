@@ -1,4 +1,4 @@
-"""Two long-lived worker processes take turns on one thread mid-request (issue, item 1).
+"""Two long-lived worker processes take turns on one thread mid-request.
 
 A LangGraph deployment runs each step of a thread on whichever worker is free, and its
 workers live on between steps. So a worker may resume a thread that another worker moved
@@ -195,6 +195,13 @@ class Pool:
     workers: dict[str, Worker] = field(default_factory=dict)
     reference_run: Run | None = None
 
+    @property
+    def stops_late(self) -> bool:
+        """Before 3.11 the handler never sees create_agent's async model calls (no run
+        context for asyncio tasks): the guarded tool raises the stop instead, at the call
+        the next model response makes, one model call later (README, "Supported versions")."""
+        return self.face == "handler" and self.mode == "async" and sys.version_info < (3, 11)
+
     def pair(self) -> tuple[Worker, Worker]:
         """A and B, alive: a worker that died (or was killed by a failing test) is replaced."""
         fresh = [
@@ -292,8 +299,9 @@ def stopped(timeline: list[str]) -> bool:
     return bool(timeline) and timeline[-1].startswith(STOP)
 
 
-def assert_guarded(run: Run, face: str) -> None:
+def assert_guarded(run: Run, pool: Pool) -> None:
     """One steer, three blocks, then the stop, as the face delivers them."""
+    face = pool.face
     timeline = run.timeline
     steer = [line for line in timeline if STEER in line]
     assert len(steer) == 1, summary(run)
@@ -305,7 +313,11 @@ def assert_guarded(run: Run, face: str) -> None:
         assert steer[0].startswith("tool:error:"), steer
         assert run.aborted, summary(run)
         assert not any(line.startswith("ai[loop_guard]") for line in timeline)
-        assert timeline[-1].startswith(f"tool:error:{BLOCK}")
+        if pool.stops_late:
+            assert timeline[-2].startswith(f"tool:error:{BLOCK}"), summary(run)
+            assert timeline[-1].startswith("ai[]:read_file"), summary(run)
+        else:
+            assert timeline[-1].startswith(f"tool:error:{BLOCK}"), summary(run)
     else:
         assert steer[0].startswith("human[loop_guard]:"), steer
         assert not run.aborted, summary(run)
@@ -338,9 +350,10 @@ def test_one_worker_alone_is_steered_blocked_and_stopped(pool: Pool, new_thread:
     calls and stops the request after four tool runs and seven model calls."""
     whole = reference(pool, new_thread)
     assert whole.timeline[0] == ASK
-    assert_guarded(whole, pool.face)
+    assert_guarded(whole, pool)
     assert whole.runs == Counter(read_file=4), summary(whole)
-    assert whole.model_calls == 7, summary(whole)  # the handler refuses the 8th
+    # The handler refuses the 8th model call, or the guarded tool the 8th's tool call.
+    assert whole.model_calls == 7 + pool.stops_late, summary(whole)
 
 
 @pytest.mark.parametrize("b_steps", [2, 3])
@@ -360,7 +373,7 @@ def test_a_worker_resumes_a_thread_another_worker_moved_on(
     )
     drive(a, "finish")
     assert_same_decisions(drive.result(), whole, f"A, B ({b_steps} steps), A")
-    assert_guarded(drive.result(), pool.face)
+    assert_guarded(drive.result(), pool)
 
 
 def test_workers_alternating_step_by_step(pool: Pool, new_thread: Any) -> None:
@@ -375,7 +388,7 @@ def test_workers_alternating_step_by_step(pool: Pool, new_thread: Any) -> None:
         drive((b, a)[turn % 2], "step", n=1)
         turn += 1
     assert_same_decisions(drive.result(), whole, "A and B alternating")
-    assert_guarded(drive.result(), pool.face)
+    assert_guarded(drive.result(), pool)
 
 
 def test_the_next_request_on_the_other_worker_starts_fresh(pool: Pool, new_thread: Any) -> None:
@@ -399,7 +412,7 @@ def test_the_next_request_on_the_other_worker_starts_fresh(pool: Pool, new_threa
         return done
 
     alone = requests([a, a, a])
-    assert_guarded(alone[0], pool.face)
+    assert_guarded(alone[0], pool)
     for n, (this, reference) in enumerate(zip(requests([a, b, a]), alone, strict=True)):
         assert_same_decisions(this, reference, f"request {n + 1} on {(a, b, a)[n].name}")
     assert "in 3 of your last turns" in "\n".join(alone[2].timeline)
