@@ -10,16 +10,18 @@ Glossary (one word per concept, in code and docs):
 - *call*: one tool call of a model response, keyed by its response and position (`Call.key`);
   *batch*: the calls of one response; *settle*: close a batch once its calls are answered.
 - *result*: what a call returned, as a fingerprint; *outcome*: what became of a batch entry
-  (a result, or `allowed`, `blocked`, `not_run`, `ignored`); *variant*: the result as
-  returned when its fresh values were masked (a *near-repeat* differs only there).
+  (its result, an `Answer`, or an `Outcome`: `ALLOWED`, `BLOCKED`, `NOT_RUN`, `IGNORED`);
+  *variant*: the result as returned when its fresh values were masked (a *near-repeat*
+  differs only there).
 - *step*: a counted (tool, args, result); *streak*: identical steps in a row; *lap*: one
   round of a cycle; *turn*: one request, from a user message on.
-- *steer*: the message that tells the model to change course (its event kind is `"warn"`,
-  the Pi extension's word); *block*: a refused call; *stop*: the end of a request, by
-  *abort* (too many blocks) or *terminate*; *backstop*: the block of a steered call's Nth
-  run however spread out.
+- *steer*: the message that tells the model to change course, *pending* until delivered
+  (its event kind is `"warn"`, the grade's name in the SPEC and the Pi extension);
+  *block*: a refused call; *stop*: the end of a request, by *abort* (too many blocks) or
+  *terminate*; *backstop*: the block of a steered call's Nth run however spread out.
 - *change*: a successful call of a tool that changes state, not one re-applied; *weak*
-  evidence: a shell's exit status or an error alike only once its quoted args are masked.
+  evidence: a shell's exit status, an error read off the result's text ("Error: ..."),
+  or errors alike only once their quoted args are masked.
 
 Theory of operation. The state is one request of one conversation: the open batch (the
 calls of one model response and what became of each), the last settled batch, and what
@@ -55,7 +57,7 @@ state, not one per field it touches.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import final
+from typing import cast, final
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
@@ -63,15 +65,14 @@ from loop_guard._detectors import REFUSALS, STEERS, Cycle, steer_broken, window
 from loop_guard._state import (
     ALLOWED,
     BLOCKED,
-    ERROR,
     IGNORED,
-    NEAR,
     NOT_RUN,
     SAME_ERROR_ARGS,
-    UNANSWERED,
     UNKNOWN_ARGS,
+    Answer,
     Entry,
     Failing,
+    Outcome,
     RequestState,
     Steered,
     Step,
@@ -94,10 +95,6 @@ _FAILING_KEPT = 32  # tools whose errors are followed per request, for same-erro
 _SAME_ERROR_VARIANTS = 3  # different argument sets among a broken tool's identical errors
 _CHANGES_KEPT = 8  # changes remembered, to tell a new change from one re-applied
 TURNS_KEPT = 4  # earlier user turns whose steps are remembered, for repeats across turns
-
-_UNANSWERED = frozenset(UNANSWERED)
-_INVISIBLE = frozenset({*UNANSWERED, IGNORED, NOT_RUN})
-"""Outcomes a settling batch does not count: no result, or one the guard does not see."""
 
 
 Transition = tuple[RequestState, tuple[Decision, ...]]
@@ -250,10 +247,7 @@ class Engine:
         elif call.tool in state.unknown:  # it exists after all (tools can be added)
             state.unknown = tuple(t for t in state.unknown if t != call.tool)
         ignored = config.ignores(call.tool, is_error=result.is_error)
-        outcome = ERROR + result.fingerprint if result.is_error else result.fingerprint
-        if result.variant:
-            outcome = f"{outcome}{NEAR}{result.variant}"
-        _answer(state, index, call, IGNORED if ignored else outcome)
+        _answer(state, index, call, IGNORED if ignored else Answer.of(result))
         if not _complete(state.batch):
             return state, decisions
         return state, (*decisions, *self._settle(state))
@@ -285,7 +279,7 @@ class Engine:
         if not self.config.enabled or position(state.settled, key) >= 0:
             return None
         index = position(state.batch, key)
-        if index >= 0 and state.batch[index].outcome not in UNANSWERED:
+        if index >= 0 and not state.batch[index].unanswered:
             return None
         return index
 
@@ -324,7 +318,7 @@ class Engine:
         if state.stopped is not None:
             if entry is None:
                 return state, self._stop(state, call), ()
-            if entry.outcome in (*UNANSWERED, NOT_RUN):
+            if entry.unanswered or entry.outcome is NOT_RUN:
                 not_run = Block(
                     call=call,
                     message=_messages.not_run_text(),
@@ -367,12 +361,17 @@ class Engine:
         steered = state.steered
         for entry in ran:
             tool, args = entry.call.tool, entry.call.fingerprint
-            outcome, _, variant = str(entry.outcome).partition(NEAR)
-            if args == UNKNOWN_ARGS or not config.detects_same_error(tool):
+            answer = entry.outcome
+            if (
+                not isinstance(answer, Answer)
+                or args == UNKNOWN_ARGS
+                or not config.detects_same_error(tool)
+            ):
                 continue
+            outcome = answer.result
             record = failing.get(tool)
-            weak = bool(variant) or config.is_shell(tool)
-            if not outcome.startswith(ERROR):  # it answered: judged by its args again
+            weak = bool(answer.variant) or answer.reported or config.is_shell(tool)
+            if not answer.is_error:  # it answered: judged by its args again
                 if record is not None:
                     del failing[tool]
                     steered = tuple(e for e in steered if e.step[:2] != (tool, SAME_ERROR_ARGS))
@@ -404,7 +403,9 @@ class Engine:
         changing = self._changing
         found = -1
         for index, entry in enumerate(ran):
-            if str(entry.outcome).startswith(ERROR):  # first: a made-up tool is never cached
+            answer = entry.outcome
+            # An error first: a made-up tool is never cached.
+            if not isinstance(answer, Answer) or answer.is_error:
                 continue
             tool = entry.call.tool
             changes = changing.get(tool)
@@ -413,7 +414,7 @@ class Engine:
                 changing[tool] = changes
             if not changes:
                 continue
-            step = self._step(state, entry)
+            step = self._step(state, entry.call, answer)
             if step in state.changes:
                 continue
             state.changes = (*state.changes, step)[-_CHANGES_KEPT:]
@@ -482,7 +483,7 @@ class Engine:
         state.batch, state.batch_explicit = (), False
         if state.stopped is not None:  # the request is over: nothing more to count
             return ()
-        if config.use_terminate and all(e.outcome == BLOCKED for e in entries):
+        if config.use_terminate and all(e.outcome is BLOCKED for e in entries):
             _stop_request(state, "terminate", entries[-1].call.tool)
             return (self._stop(state, entries[-1].call),)
         # The batch's last call in the model's order is compared; ignored calls and calls
@@ -493,12 +494,12 @@ class Engine:
         changing = self._changing
         for entry in entries:
             outcome = entry.outcome
-            if outcome is None or outcome in _INVISIBLE:  # `None` first: it narrows the type
-                continue
-            counts_step = outcome != BLOCKED
-            if counts_step:
+            if outcome is BLOCKED:
+                counts_step = False
+            elif isinstance(outcome, Answer):
+                counts_step = True
                 ran.append(entry)
-                errors = errors or outcome.startswith(ERROR)
+                errors = errors or outcome.is_error
                 # A tool known not to change state needs no following.
                 changes = changes or changing.get(entry.call.tool) is not False
         broken: tuple[str, ...] = ()
@@ -511,11 +512,13 @@ class Engine:
             # Each run of a call the model was steered away from counts toward its
             # backstop, wherever it stands in its batch.
             for sibling in siblings:
-                state.steered = _counted(state.steered, self._step(state, sibling))
+                state.steered = _counted(state.steered, self._step_of(state, sibling))
         steer = None
         if counts_step:
-            step = self._step(state, ran[-1])
-            returned = self._count(state, step, str(ran[-1].outcome).partition(NEAR)[2])
+            last = ran[-1]
+            answer = cast(Answer, last.outcome)  # `ran` holds answered entries only
+            step = self._step(state, last.call, answer)
+            returned = self._count(state, step, answer.variant)
             if change == len(ran) - 1:  # the counted step is the change: after it, new ground
                 state.since_change = 0
             steer = self._steer(state, step, ran[-1].call, returned)
@@ -523,10 +526,13 @@ class Engine:
             steer = steer_broken(config, state, broken, ran, steer)
         return () if steer is None else (steer,)
 
-    def _step(self, state: RequestState, entry: Entry) -> Step:
+    def _step(self, state: RequestState, call: Call, answer: Answer) -> Step:
         """The step a call that ran makes, as the detectors compare it."""
-        outcome = str(entry.outcome).partition(NEAR)[0]
-        return Step(entry.call.tool, self._identity(state, entry.call, outcome), outcome)
+        return Step(call.tool, self._identity(state, call, answer.result), answer.result)
+
+    def _step_of(self, state: RequestState, entry: Entry) -> Step:
+        """The step of an answered entry."""
+        return self._step(state, entry.call, cast(Answer, entry.outcome))
 
     def _count(self, state: RequestState, step: Step, variant: str) -> bool:
         """Advance the streak, the cycle runs and the recent steps by one counted step
@@ -624,7 +630,12 @@ class Engine:
 
 
 def _complete(batch: tuple[Entry, ...]) -> bool:
-    return _UNANSWERED.isdisjoint([entry.outcome for entry in batch])
+    """Whether every call of the batch has its outcome: a result, or a refusal."""
+    for entry in batch:
+        outcome = entry.outcome
+        if outcome is None or outcome is ALLOWED:
+            return False
+    return True
 
 
 def _latest_entry(state: RequestState, key: str) -> Entry | None:
@@ -656,7 +667,11 @@ def _counted(steered: tuple[Steered, ...], step: Step) -> tuple[Steered, ...]:
 
 
 def _answer(
-    state: RequestState, index: int, call: Call, outcome: str, block: Block | None = None
+    state: RequestState,
+    index: int,
+    call: Call,
+    outcome: Outcome | Answer,
+    block: Block | None = None,
 ) -> None:
     """Set `call`'s outcome in the batch, at `index`; a call not in it (-1) joins it at
     the end."""

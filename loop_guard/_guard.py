@@ -404,7 +404,7 @@ class Session:
         return self.state.awaiting
 
     @property
-    def steer_due(self) -> bool:
+    def steer_pending(self) -> bool:
         """Whether a steer message is due before the model's next call."""
         return self.state.steer_pending
 

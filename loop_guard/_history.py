@@ -267,10 +267,10 @@ def _news(state: RequestState, since: Sequence[BaseMessage]) -> bool:
     not seen (but the live one, the last message, which the adapters decide), an answer
     it waits for, or the delivery of its pending steer."""
     awaiting: set[str] | None = None  # read only when an answer comes up
-    steer_due = state.steer is not None
+    steer_pending = state.steer is not None
     last = len(since) - 1
     for index, message in enumerate(since):
-        if steer_due and _delivers_steer(message):
+        if steer_pending and _delivers_steer(message):
             return True
         if isinstance(message, AIMessage) and message.tool_calls and index < last:
             return True

@@ -38,14 +38,15 @@ DUPLICATE_MARK = "duplicate"
 RESULT_KEY = "loop_guard_result"
 """`response_metadata` key of a steered tool result: the fingerprint of what the tool returned."""
 _VARIANT = "~"  # in a `RESULT_KEY` record, between the fingerprint and the variant
+_REPORTED = "!"  # opens a `RESULT_KEY` record of an error read off the result's text
 
 
 def result_record(result: Result) -> str:
     """A result as a steered or shared message keeps it (`RESULT_KEY`), for `result_of`
-    to read back as the same result: its fingerprint and its variant."""
-    return (
-        f"{result.fingerprint}{_VARIANT}{result.variant}" if result.variant else result.fingerprint
-    )
+    to read back as the same result: its fingerprint, its variant, and whether it is an
+    error the text reported (the message's status does not say so)."""
+    record = f"{_REPORTED}{result.fingerprint}" if result.error_reported else result.fingerprint
+    return f"{record}{_VARIANT}{result.variant}" if result.variant else record
 
 
 STATE_KEY = "loop_guard_state"
@@ -180,7 +181,13 @@ def result_of(
         recorded = output.response_metadata.get(RESULT_KEY)
         if isinstance(recorded, str):  # a steered result: what the tool itself returned
             fingerprint, _, variant = recorded.partition(_VARIANT)
-            return Result(fingerprint=fingerprint, is_error=is_error, variant=variant)
+            reported = fingerprint.startswith(_REPORTED)
+            return Result(
+                fingerprint=fingerprint.removeprefix(_REPORTED),
+                is_error=is_error or reported,
+                variant=variant,
+                error_reported=reported and not is_error,
+            )
         content = output.content
         if isinstance(content, str) and output.tool_call_id and output.tool_call_id in content:
             # The id the model gave the call is no part of what happened: an answer that

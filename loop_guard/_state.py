@@ -9,19 +9,53 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, NamedTuple, final
 
 from loop_guard import _messages
-from loop_guard._values import Block, Call, Steer, StopKind
+from loop_guard._values import Block, Call, Result, Steer, StopKind
 
-# Outcomes of a batch entry besides a result fingerprint. No outcome yet: not checked.
-ALLOWED = "allowed"  # checked and let through; no result yet
-BLOCKED = "blocked"  # refused by a block (counted toward abort)
-NOT_RUN = "not_run"  # refused because the request had stopped (not counted)
-IGNORED = "ignored"  # a result the guard does not see (ignored tool or error)
-UNANSWERED = (None, ALLOWED)
-ERROR = "!"  # prefixed to an error result's fingerprint: steps know their errors
-NEAR = "~"  # between a result's fingerprint and its variant (`Result.variant`)
+
+class Outcome(Enum):
+    """What became of a batch entry that has no result to count (a result is an `Answer`).
+
+    No outcome (`None`): the call was not checked yet.
+    """
+
+    ALLOWED = "allowed"  # checked and let through; no result yet
+    BLOCKED = "blocked"  # refused by a block (counted toward abort)
+    NOT_RUN = "not_run"  # refused because the request had stopped (not counted)
+    IGNORED = "ignored"  # a result the guard does not see (ignored tool or error)
+
+
+ALLOWED, BLOCKED, NOT_RUN, IGNORED = Outcome  # compared by identity on every step
+
+ERROR = "!"  # prefixed to an error result's fingerprint in a step: steps know their errors
+_NEAR = "~"  # between an answer's result and its variant, in a snapshot
+
+
+class Answer(NamedTuple):
+    """A result as its batch entry keeps it: what the step it makes compares."""
+
+    result: str  # the result fingerprint, `ERROR`-prefixed for an error
+    variant: str = ""  # the result as returned, when masked (`Result.variant`)
+    # An error read off the result's text ("Error: ..."), not signalled by the tool: a
+    # tool relaying text cannot tell its own failure from a page that says so. Weak
+    # evidence (see `Failing.weak`).
+    reported: bool = False
+
+    @classmethod
+    def of(cls, result: Result) -> Answer:
+        """The answer a `Result` makes."""
+        if result.is_error:
+            return cls(ERROR + result.fingerprint, result.variant, result.error_reported)
+        return cls(result.fingerprint, result.variant)
+
+    @property
+    def is_error(self) -> bool:
+        """Whether the call failed."""
+        return self.result.startswith(ERROR)
+
 
 # The args fingerprint of every call to a tool that does not exist: args do not matter.
 UNKNOWN_ARGS = "unknown-tool"
@@ -33,8 +67,14 @@ class Entry(NamedTuple):
     """A call of the open batch and what became of it so far (a tuple: made often)."""
 
     call: Call
-    outcome: str | None = None  # None, one of the outcomes above, or a result fingerprint
+    outcome: Outcome | Answer | None = None  # `None`: not checked yet
     block: Block | None = None  # the verdict of a blocked call, for siblings asking again
+
+    @property
+    def unanswered(self) -> bool:
+        """Whether the call still waits for its result: not checked, or let through."""
+        outcome = self.outcome
+        return outcome is None or outcome is ALLOWED
 
 
 class Steered(NamedTuple):
@@ -51,11 +91,12 @@ class Failing(NamedTuple):
     """The one error a tool has returned for every call since it last did anything else."""
 
     tool: str
-    error: str  # the error's outcome (its result fingerprint, marked as an error)
+    error: str  # the error's result, as its steps compare it (`Answer.result`)
     args: tuple[str, ...]  # the first few args fingerprints it answered: were they varied?
     calls: int  # calls of the tool it answered in a row
-    # Weak evidence: a shell's exit status, or errors alike only once what they quote
-    # of their input was masked. Steered once, never refused.
+    # Weak evidence: a shell's exit status, an error read off the result's text, or
+    # errors alike only once what they quote of their input was masked. Steered once,
+    # never refused.
     weak: bool = False
 
 
@@ -120,7 +161,7 @@ class RequestState:
     @property
     def awaiting(self) -> tuple[Call, ...]:
         """Calls of the open batch still waiting for a result (and not refused)."""
-        return tuple(entry.call for entry in self.batch if entry.outcome in UNANSWERED)
+        return tuple(entry.call for entry in self.batch if entry.unanswered)
 
     @property
     def latest(self) -> tuple[Call, ...]:
@@ -363,7 +404,7 @@ def position(entries: tuple[Entry, ...], key: str) -> int:
 
 def entries_to_json(entries: tuple[Entry, ...]) -> list[list[Any]]:
     return [
-        [e.call.key, e.call.tool, e.call.fingerprint, e.outcome]
+        [e.call.key, e.call.tool, e.call.fingerprint, outcome_to_json(e.outcome)]
         + (
             []
             if e.block is None
@@ -381,8 +422,31 @@ def entries_from_json(rows: Any) -> tuple[Entry, ...]:
         if refusal:
             message, reason, streak, blocks = refusal
             block = Block(call=call, message=message, reason=reason, streak=streak, blocks=blocks)
-        entries.append(Entry(call=call, outcome=outcome, block=block))
+        entries.append(Entry(call=call, outcome=outcome_from_json(outcome), block=block))
     return tuple(entries)
+
+
+def outcome_to_json(outcome: Outcome | Answer | None) -> str | list[Any] | None:
+    """An entry's outcome in a snapshot: an `Outcome` by its value, an answer as
+    `result~variant` (as 0.1.0 wrote it), a reported error as a list."""
+    if outcome is None or isinstance(outcome, Outcome):
+        return None if outcome is None else outcome.value
+    if outcome.reported:
+        return list(outcome)
+    return f"{outcome.result}{_NEAR}{outcome.variant}" if outcome.variant else outcome.result
+
+
+def outcome_from_json(value: Any) -> Outcome | Answer | None:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        result, variant, reported = value
+        return Answer(str(result), str(variant), bool(reported))
+    for outcome in Outcome:
+        if value == outcome.value:
+            return outcome
+    result, _, variant = str(value).partition(_NEAR)
+    return Answer(result, variant)
 
 
 def steer_from_json(row: Any) -> Steer:

@@ -111,6 +111,10 @@ class Result:
     """Set when `fingerprint` is of the result with its fresh values masked (ids,
     timestamps, durations; `normalize_fresh`): the result as returned, told apart by a
     short hash, so that a result equal to another only once masked is a near-repeat."""
+    error_reported: bool = False
+    """Set when the error was read off the result's text (`reports_error`), not signalled
+    by the tool: weak evidence, as a tool relaying a page that says "Error:" could
+    otherwise get its calls judged broken."""
 
     @classmethod
     def of(
@@ -123,11 +127,13 @@ class Result:
     ) -> Result:
         """Build a result from a tool's content (text, content blocks or any value)."""
         result = _new(cls)  # as in `make_call`: a result is made on every step
-        is_error = is_error or reports_error(content)
+        reported = not is_error and reports_error(content)
+        is_error = is_error or reported
         _set(result, "fingerprint", result_fingerprint(content, is_error=is_error))
         _set(result, "is_error", is_error)
         _set(result, "available_tools", available_tools)
         _set(result, "variant", variant)
+        _set(result, "error_reported", reported)
         return result
 
 

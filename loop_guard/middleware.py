@@ -330,7 +330,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         names of the tools the model was offered, the tools that exist."""
         awaiting = {call.key for call in session.awaiting}
         message, answers = last_batch(state["messages"])
-        if (not awaiting or message is None) and not session.steer_due:
+        if (not awaiting or message is None) and not session.steer_pending:
             return None
         answered = []
         if awaiting and message is not None:

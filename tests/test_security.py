@@ -21,7 +21,7 @@ from loop_guard import (
     ToolPolicy,
     guard_tools,
 )
-from loop_guard._langchain import result_of
+from loop_guard._langchain import RESULT_KEY, result_of, result_record
 from loop_guard._messages import GUARD_NAME, unknown_tool_steer_text
 from loop_guard.testing import ScriptedChatModel, sequence, stubborn
 
@@ -59,27 +59,35 @@ def read_tool() -> BaseTool:
     return read_file
 
 
-Face = Callable[[Any, Sequence[BaseTool], LoopGuard | None], tuple[Any, dict[str, Any]]]
+Face = Callable[..., tuple[Any, dict[str, Any]]]
+"""`(model, tools, guard, policy)`: an agent guarded by a new guard with the tool policies
+`policy` (or by `guard`, where the face takes one), and its config."""
 
 
-def middleware_face(model: Any, tools: Sequence[BaseTool], guard: LoopGuard | None) -> Any:
+def middleware_face(
+    model: Any, tools: Sequence[BaseTool], guard: LoopGuard | None, policy: Any = POLICY
+) -> Any:
     agent = create_agent(
         model,
         list(tools),
-        middleware=[LoopGuardMiddleware(tools=POLICY)],
+        middleware=[LoopGuardMiddleware(tools=policy)],
         checkpointer=InMemorySaver(),
     )
     return agent, {}
 
 
-def node_face(model: Any, tools: Sequence[BaseTool], guard: LoopGuard | None) -> Any:
-    guard = guard or LoopGuard(tools=POLICY)
+def node_face(
+    model: Any, tools: Sequence[BaseTool], guard: LoopGuard | None, policy: Any = POLICY
+) -> Any:
+    guard = guard or LoopGuard(tools=policy)
     graph = build_graph(model, tools, guard, checkpointer=InMemorySaver())
     return graph, {"callbacks": [LoopGuardCallbackHandler(guard)]}
 
 
-def handler_face(model: Any, tools: Sequence[BaseTool], guard: LoopGuard | None) -> Any:
-    guard = guard or LoopGuard(tools=POLICY)
+def handler_face(
+    model: Any, tools: Sequence[BaseTool], guard: LoopGuard | None, policy: Any = POLICY
+) -> Any:
+    guard = guard or LoopGuard(tools=policy)
     agent = create_agent(model, guard_tools(tools, guard), checkpointer=InMemorySaver())
     return agent, {"callbacks": [LoopGuardCallbackHandler(guard)]}
 
@@ -161,3 +169,59 @@ def test_a_missing_tool_loop_is_steered_with_the_real_tools_then_stopped(
     assert not any(MADE_UP in text for text in guard_written(messages))
     assert fetched == []
     assert_valid_history(messages)
+
+
+# An attacker's page that opens as an error report, returned (not raised) by a tool that
+# relays pages: the same text for every url.
+REPORTED = "Error: service unavailable. " + ATTACK
+REPORTED_TURNS = [[("fetch", {"url": f"https://evil.example/{n}"})] for n in range(5)]
+
+
+def relaying_fetch_tool(fetched: list[str]) -> BaseTool:
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a web page."""
+        fetched.append(url)
+        return REPORTED if "evil" in url else "the docs"
+
+    return fetch
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("face", FACES, ids=FACE_IDS)
+def test_a_page_that_says_error_never_gets_a_legitimate_call_refused(
+    face: Face, mode: Mode
+) -> None:
+    """Five pages opening with "Error:" for five urls read as one error of a broken tool,
+    but only by their text: weak evidence, steered at most once, never refused. The
+    legitimate fetch after them runs, with same-error detection on."""
+    fetched: list[str] = []
+    model = ScriptedChatModel(script=sequence(*REPORTED_TURNS, [LEGITIMATE]))
+    agent, extra = face(model, [relaying_fetch_tool(fetched), read_tool()], None, {})
+    config = {"configurable": {"thread_id": "t"}, **extra}
+    messages = run(agent, {"messages": [HumanMessage("read the docs")]}, config, mode)
+    assert fetched[-1] == "https://docs.example/"
+    assert len(fetched) == 6
+    assert not [m for m in messages if "was blocked" in str(m.content)]
+    assert len(steers(messages)) <= 1
+    assert final_stop(messages) is None
+    assert_valid_history(messages)
+
+
+def test_an_error_the_text_reports_reads_back_alike_from_a_steered_result() -> None:
+    """A steered result keeps what the tool returned: read back from the history, an error
+    its text reported is the same result, error and weak evidence both."""
+    returned = ToolMessage(REPORTED, tool_call_id="1", name="fetch")
+    live = result_of(returned)
+    assert live.is_error
+    assert live.error_reported
+    steered = returned.model_copy(
+        update={
+            "content": f"{REPORTED}\n\nLOOP GUARD: steer",
+            "response_metadata": {RESULT_KEY: result_record(live)},
+        }
+    )
+    assert result_of(steered) == live
+    raised = ToolMessage(REPORTED, tool_call_id="1", name="fetch", status="error")
+    assert result_of(raised).is_error
+    assert not result_of(raised).error_reported
