@@ -9,6 +9,9 @@ Glossary (one word per concept, in code and docs):
 
 - *call*: one tool call of a model response, keyed by its response and position (`Call.key`);
   *batch*: the calls of one response; *settle*: close a batch once its calls are answered.
+  Where a call stands: *declared* (its response was seen: `declared`), *checked* (it has
+  its verdict: `checked`, `Session.verdict_of`), *awaiting* its result (`awaits_result`),
+  *answered* (it has its outcome).
 - *result*: what a call returned, as a fingerprint; *outcome*: what became of a batch entry
   (its result, an `Answer`, or an `Outcome`: `ALLOWED`, `BLOCKED`, `NOT_RUN`, `IGNORED`);
   *variant*: the result as returned when its fresh values were masked (a *near-repeat*
@@ -231,7 +234,7 @@ class Engine:
         Recording the same call twice has no effect, so adapters may overlap.
         """
         config = self.config
-        index = self._awaiting_at(state, call.key)
+        index = self._awaiting_index(state, call.key)
         if index is None:
             return state, ()
         state = clone(state)
@@ -259,7 +262,7 @@ class Engine:
         state = clone(state)
         return state, self._settle(state)
 
-    def decided(self, state: RequestState, keys: Sequence[str]) -> bool:
+    def checked(self, state: RequestState, keys: Sequence[str]) -> bool:
         """Whether every one of these calls (by `Call.key`) was checked already in this
         batch or the last."""
         for key in keys:
@@ -268,12 +271,12 @@ class Engine:
                 return False
         return True
 
-    def needs_result(self, state: RequestState, key: str) -> bool:
+    def awaits_result(self, state: RequestState, key: str) -> bool:
         """Whether recording a result for the call with this `Call.key` would count:
         it is not in the latest batches, or it is there still waiting for a result."""
-        return self._awaiting_at(state, key) is not None
+        return self._awaiting_index(state, key) is not None
 
-    def _awaiting_at(self, state: RequestState, key: str) -> int | None:
+    def _awaiting_index(self, state: RequestState, key: str) -> int | None:
         """Where the call with this `Call.key` waits for its result in the open batch (-1:
         it is not in the latest batches); `None` when a result for it would not count."""
         if not self.config.enabled or position(state.settled, key) >= 0:
@@ -289,7 +292,7 @@ class Engine:
         return _latest_entry(state, key) is not None
 
     def take_steer(self, state: RequestState) -> tuple[RequestState, Steer | None]:
-        """Claim the pending steer for delivery; later claims get `None` (once per streak)."""
+        """Take the pending steer for delivery; later takers get `None` (once per streak)."""
         steer = state.steer
         if steer is None:
             return state, None

@@ -413,16 +413,16 @@ class Session:
         """The calls of the open batch, then of the last settled one."""
         return self.state.latest
 
-    def decided(self, keys: Sequence[str]) -> bool:
+    def checked(self, keys: Sequence[str]) -> bool:
         """Whether every one of these calls (by `Call.key`) has its verdict already."""
-        return self._engine.decided(self.state, keys)
+        return self._engine.checked(self.state, keys)
 
-    def needs_result(self, call: Call) -> bool:
+    def awaits_result(self, call: Call) -> bool:
         """Whether `call` still waits for its result: not recorded, nor refused, yet.
 
         Lets an adapter skip reading a result another one recorded already.
         """
-        return self._engine.needs_result(self.state, call.key)
+        return self._engine.awaits_result(self.state, call.key)
 
     @property
     def served_by_node(self) -> bool:
@@ -436,7 +436,7 @@ class Session:
     def verdict_of(self, call: Call) -> Proceed | Block | Stop | None:
         """The verdict `call` already had, or `None` when it was not decided yet."""
         state = self.state
-        if not self._engine.decided(state, [call.key]):
+        if not self._engine.checked(state, [call.key]):
             return None
         return self._engine.check_call(state, call)[1]
 

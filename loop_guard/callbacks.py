@@ -289,7 +289,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         try:
             if tracked is not None:
                 session, call, args = tracked
-                if session.needs_result(call):
+                if session.awaits_result(call):
                     if result is None:
                         normalizers = self.guard.config.normalizers(call.tool)
                         result = result_of(output, normalizers, args=args)

@@ -147,7 +147,7 @@ class LoopGuardNode:
                     continue
                 match verdict:
                     case Proceed():
-                        if session.needs_result(call):  # else a wrapper recorded it
+                        if session.awaits_result(call):  # else a wrapper recorded it
                             unrecorded.append((call, answer))
                     case Block() | Stop():
                         if not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it

@@ -450,7 +450,7 @@ def _session_of(guard: LoopGuard, state: LoopGuardState[Any], runtime: object) -
     session = guard.session(_conversation(state, runtime), _snapshot_of(state))
     if snapshot and snapshot.get("v") != SCHEMA_VERSION:
         reply, _ = last_batch(messages_of(state))
-        if reply is not None and reply.tool_calls and not session.decided(keys_of(reply)):
+        if reply is not None and reply.tool_calls and not session.checked(keys_of(reply)):
             session.check_batch(calls_of(reply))
     return session
 

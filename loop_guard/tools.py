@@ -221,7 +221,7 @@ class GuardedTool(BaseTool):
             # others find their verdicts.
             calls = calls_of(ai_message)
             call = calls[position]
-            if session.decided([call.key]):
+            if session.checked([call.key]):
                 verdict = session.check_call(call)
             else:
                 verdict = session.check_batch(calls)[position]
@@ -261,7 +261,7 @@ class GuardedTool(BaseTool):
             if session is not None and call is not None:
                 try:
                     result = error_result(error, call.args)
-                    if result is not None and session.needs_result(call):
+                    if result is not None and session.awaits_result(call):
                         session.record_result(call, result)
                 except Exception as fault:
                     self.guard.report_fault(session.conversation, fault)
@@ -274,7 +274,7 @@ class GuardedTool(BaseTool):
         try:
             normalizers = self.guard.config.normalizers(call.tool)
             result = None
-            if session.needs_result(call):  # else the handler recorded it already
+            if session.awaits_result(call):  # else the handler recorded it already
                 result = result_of(output, normalizers, args=call.args)
                 session.record_result(call, result)
             deliver = self.deliver_steer
