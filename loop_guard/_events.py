@@ -42,6 +42,7 @@ class GuardEvent:
         reason: For warn and block, the detector that fired: `'repeat'` (the
             streak), `'cycle'`, `'interleaved'`, `'returned'` (also the backstop's
             blocks), `'unknown_tool'` or `'same_error'`; `None` for stops and errors.
+        call_id: The tool-call id of the call the event is about, when known.
 
     Example:
         >>> from loop_guard import Call, LoopGuard, Result
@@ -63,6 +64,7 @@ class GuardEvent:
     blocks: int
     message: str
     reason: Reason | None = None
+    call_id: str | None = None
 
     @classmethod
     def of(cls, conversation: str, decision: Block | Steer | Stop) -> GuardEvent:
@@ -85,6 +87,7 @@ class GuardEvent:
             blocks=blocks,
             message=decision.message,
             reason=reason,
+            call_id=decision.call.id,
         )
 
 

@@ -48,4 +48,5 @@ def event_payload(event: GuardEvent) -> dict[str, Any]:
         "streak": event.streak,
         "blocks": event.blocks,
         "message": event.message,
+        "call_id": event.call_id,
     }
