@@ -2,7 +2,7 @@
 
 `Events` counts each decision and publishes the events of its warnings, blocks and
 stops to the `loop_guard` logger, to `on_event` and to every subscribed sink (the
-adapters subscribe `_langchain_sink.dispatch_event`).
+adapters subscribe the sinks: `_faces.attach_sinks`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""What the LangChain faces do with the guard beyond one transition: read a batch's
-results (reporting those that cannot be read) and share one run among identical
-siblings. The codec they use is `_langchain.py`, which knows no guard."""
+"""What the LangChain faces do with the guard beyond one transition: send its events to
+the sinks, read a batch's results (reporting those that cannot be read) and share one
+run among identical siblings. The codec they use is `_langchain.py`, which knows no
+guard."""
 
 from __future__ import annotations
 
@@ -12,10 +13,20 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 
+from loop_guard import _otel_sink
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import duplicate_of, result_of
+from loop_guard._langchain_sink import dispatch_event
 from loop_guard._siblings import original_of, original_output
 from loop_guard._values import Call, Result
+
+
+def attach_sinks(guard: LoopGuard) -> None:
+    """Send the guard's events where a LangChain run's other events go (custom events,
+    the `custom` stream), and to OpenTelemetry when its API is installed (`otel`)."""
+    guard.subscribe(dispatch_event)
+    if _otel_sink.AVAILABLE:
+        guard.subscribe(_otel_sink.record_event)
 
 
 def results_of(

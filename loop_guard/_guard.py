@@ -9,7 +9,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, final
 
-from loop_guard import _otel_sink
 from loop_guard._config import LoopGuardConfig, annotation_hint, resolve_config
 from loop_guard._engine import Engine
 from loop_guard._events import Events, EventSink, GuardStats
@@ -79,8 +78,6 @@ class LoopGuard:
             raise ValueError(msg)
         self.engine = Engine(resolve_config(config, overrides))
         self._events = Events(on_event=on_event, limit=max_conversations)
-        if _otel_sink.AVAILABLE:  # the `otel` extra: steers, blocks and stops as telemetry
-            self._events.subscribe(_otel_sink.record_event)
         self._conversations = _Conversations(max_conversations)
         self._snapshots = _Snapshots()
         self.siblings = SharedRuns()  # identical siblings share one run (`dedupe_siblings`)

@@ -1,7 +1,7 @@
 """The OpenTelemetry sink of guard events, for the `otel` extra.
 
-Every guard subscribes `record_event` when `opentelemetry` can be imported (the extra
-installs its API); without it, nothing here imports it. Each steer, block and stop
+The faces subscribe `record_event` when `opentelemetry` can be imported (the extra
+installs its API; `_faces.attach_sinks`); without it, nothing imports it. Each steer, block and stop
 becomes an event on the span current where it happened, and a count on the meter
 `loop_guard`: `loop_guard.steers`, `loop_guard.blocks`, `loop_guard.stops` and
 `loop_guard.errors` (the guard's own faults). Attributes follow OpenTelemetry's GenAI
@@ -26,7 +26,7 @@ def _available() -> bool:
 
 
 AVAILABLE = _available()
-"""Whether the OpenTelemetry API can be imported: the guards then subscribe `record_event`."""
+"""Whether the OpenTelemetry API can be imported: the faces then subscribe `record_event`."""
 
 _SPAN_EVENT: dict[EventKind, str] = {
     "warn": "loop_guard.steer",

@@ -16,6 +16,7 @@ from langgraph.types import Command
 from typing_extensions import override
 
 from loop_guard._conversation import RunTree, session_for
+from loop_guard._faces import attach_sinks
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     answers_to,
@@ -25,7 +26,6 @@ from loop_guard._langchain import (
     result_of,
     stop_messages,
 )
-from loop_guard._langchain_sink import dispatch_event
 from loop_guard._messages import GUARD_NAME
 from loop_guard._values import Call, LoopGuardAbort, Result, Stop
 
@@ -111,7 +111,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         super().__init__()
         self.guard = guard
         self.messages_key = messages_key
-        guard.subscribe(dispatch_event)
+        attach_sinks(guard)
         logging.getLogger("langchain_core.callbacks.manager").addFilter(_QUIET_STOPS)
         # Per tool run: its session, its call, and the args it ran with (a call taken from
         # a restored state keeps no args; an error is read with the args it quotes masked).

@@ -14,7 +14,7 @@ from typing_extensions import assert_never
 
 from loop_guard import _messages
 from loop_guard._conversation import conversation_for, session_for
-from loop_guard._faces import results_of
+from loop_guard._faces import attach_sinks, results_of
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
@@ -26,7 +26,6 @@ from loop_guard._langchain import (
     messages_of,
     stop_messages,
 )
-from loop_guard._langchain_sink import dispatch_event
 from loop_guard._values import Block, Call, Proceed, Steer, Stop
 
 
@@ -87,7 +86,7 @@ class LoopGuardNode:
         self.next_node = next_node
         self.messages_key = messages_key
         self._next_node_found = next_node == END
-        guard.subscribe(dispatch_event)
+        attach_sinks(guard)
         guard.attach_node()
 
     def __call__(self, state: Any, config: RunnableConfig) -> Command[Any]:

@@ -29,7 +29,7 @@ from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._conversation import ConversationKey, thread_of
 from loop_guard._events import GuardEvent
-from loop_guard._faces import ashared_run, results_of, shared_run
+from loop_guard._faces import ashared_run, attach_sinks, results_of, shared_run
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     answers_to,
@@ -43,7 +43,6 @@ from loop_guard._langchain import (
     stop_messages,
     tool_names,
 )
-from loop_guard._langchain_sink import dispatch_event
 from loop_guard._state import SCHEMA_VERSION, migrate
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer
 
@@ -149,7 +148,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             msg = f"Invalid exit_behavior: {exit_behavior!r}. Must be one of ('end', 'error')"
             raise ValueError(msg)
         self.guard = LoopGuard(config, on_event=on_event, **overrides)
-        self.guard.subscribe(dispatch_event)
+        attach_sinks(self.guard)
         self.exit_behavior = exit_behavior
         self._tools_learned: Sequence[object] = ()
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from typing_extensions import assert_never, override
 
 from loop_guard._conversation import conversation_for, session_for, watched
-from loop_guard._faces import ashared_run, shared_run
+from loop_guard._faces import ashared_run, attach_sinks, shared_run
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     BLOCK_MARK,
@@ -35,7 +35,6 @@ from loop_guard._langchain import (
     result_record,
     tool_message_of,
 )
-from loop_guard._langchain_sink import dispatch_event
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Result, Stop
 
 RUNTIME_ARG = "loop_guard_runtime"
@@ -366,7 +365,7 @@ def guard_tools(
         ('read_file', True)
     """
     _check_arguments(tools, guard)
-    guard.subscribe(dispatch_event)
+    attach_sinks(guard)
     wrapped: list[Any] = []
     for given in tools:
         if isinstance(given, dict):

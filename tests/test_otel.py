@@ -8,6 +8,7 @@ import sys
 import textwrap
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -123,17 +124,13 @@ def test_each_steer_block_and_stop_is_a_span_event_and_a_count(face: Face, mode:
 
 
 def test_outside_any_span_only_the_counters_move() -> None:
-    """The engine on its own, no span current: nothing to add an event to, and no error."""
-    from loop_guard import Call, Result
-
+    """No span current during the run: nothing to add an event to, and no error."""
     SPANS.clear()
     before = counts()
-    session = LoopGuard(warn_threshold=2).session("engine")
-    for _ in range(2):
-        call = Call.of("ls", {"path": "/"})
-        session.check_call(call)
-        session.record_result(call, Result.of("empty"))
-    assert counts() - before == Counter({("loop_guard.steers", "ls", "repeat"): 1})
+    model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
+    agent, _ = middleware_face(model, ToolRuns())
+    run(agent, ask(), {"configurable": {"thread_id": "t"}}, "invoke")
+    assert sum((counts() - before).values()) == 5
     assert SPANS.get_finished_spans() == ()
 
 
@@ -144,20 +141,26 @@ def test_without_opentelemetry_nothing_imports_it() -> None:
         import sys
 
         sys.modules["opentelemetry"] = None  # as if not installed: importing it fails
-        from loop_guard import Call, LoopGuard, Result
+        from langchain.agents import create_agent
+        from loop_guard import LoopGuardMiddleware
+        from loop_guard.testing import ScriptedChatModel, stubborn
+        from tests.agents import ToolRuns, ask, make_tools
 
         events = []
-        session = LoopGuard(on_event=events.append, warn_threshold=2).session("t")
-        for _ in range(2):
-            call = Call.of("ls", {})
-            session.check_call(call)
-            session.record_result(call, Result.of("same"))
-        assert [event.kind for event in events] == ["warn"], events
+        model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
+        middleware = LoopGuardMiddleware(on_event=events.append)
+        create_agent(model, make_tools(ToolRuns()), middleware=[middleware]).invoke(ask())
+        assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"], events
         assert not [name for name in sys.modules if name.startswith("opentelemetry.")]
         print("ok")
         """
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
     )
     assert done.stdout.strip() == "ok", done.stderr
