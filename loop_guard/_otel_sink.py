@@ -19,9 +19,10 @@ from loop_guard._events import EventKind, GuardEvent
 
 
 def _available() -> bool:
+    # The API's own module: `opentelemetry` alone is a namespace any of its packages makes.
     try:
-        return importlib.util.find_spec("opentelemetry") is not None
-    except (ImportError, ValueError):  # a broken install is no install
+        return importlib.util.find_spec("opentelemetry.trace") is not None
+    except (ImportError, ValueError):  # not installed, or a broken install: none
         return False
 
 
