@@ -185,6 +185,11 @@ class Events:
             if sink not in self._sinks:
                 self._sinks = (*self._sinks, sink)
 
+    def unsubscribe(self, sink: EventSink) -> None:
+        """Stop sending events to `sink` (a sink not subscribed is ignored)."""
+        with self._lock:
+            self._sinks = tuple(kept for kept in self._sinks if kept != sink)
+
     def publish(self, conversation: str, decisions: Iterable[Decision]) -> None:
         """Count `decisions` and publish the events of their warnings, blocks and stops."""
         with self._lock:

@@ -147,6 +147,10 @@ class LoopGuard:
         """Also send every event to `sink` (idempotent); adapters use it for tracing."""
         self._events.subscribe(sink)
 
+    def unsubscribe(self, sink: EventSink) -> None:
+        """Stop sending events to `sink`, subscribed before with `subscribe`."""
+        self._events.unsubscribe(sink)
+
     def attach_node(self) -> None:
         """Say that a graph node (`LoopGuardNode`) delivers this guard's steers, so that
         the guarded tools leave them to it (`node_attached`)."""

@@ -1,4 +1,5 @@
-"""Scripted chat models, for testing agents guarded by loop_guard without an LLM.
+"""Scripted chat models, for testing agents guarded by loop_guard without an LLM, and
+`capture_events`, which collects what a guard publishes while a test runs.
 
 A script is a function `(messages, call_index) -> AIMessage`. It must return a new
 message with fresh tool call ids on every call, as a real model does: `create_agent`
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -27,6 +29,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, PrivateAttr
 from typing_extensions import override
 
+from loop_guard._events import GuardEvent
+from loop_guard._guard import LoopGuard
 from loop_guard._messages import GUARD_NAME
 
 Script = Callable[[Sequence[BaseMessage], int], AIMessage]
@@ -137,3 +141,32 @@ def _current_request(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         if isinstance(message, HumanMessage) and message.name != GUARD_NAME:
             return list(messages[index:])
     return list(messages)
+
+
+@contextmanager
+def capture_events(guard: LoopGuard) -> Iterator[list[GuardEvent]]:
+    """Collect the events `guard` publishes inside the `with` block, as a list.
+
+    Every steer, block and stop (and the guard's own faults) in the order published, from
+    any thread; the list stops growing when the block ends. For the middleware, pass its
+    guard (`middleware.guard`).
+
+    Example:
+        >>> from loop_guard import Call, LoopGuard, Result
+        >>> guard = LoopGuard(warn_threshold=2)
+        >>> with capture_events(guard) as events:
+        ...     session = guard.session("t")
+        ...     for _ in range(2):
+        ...         call = Call.of("ls", {"path": "/"})
+        ...         _ = session.check_call(call)
+        ...         session.record_result(call, Result.of("empty"))
+        >>> [(event.kind, event.tool, event.streak) for event in events]
+        [('warn', 'ls', 2)]
+    """
+    events: list[GuardEvent] = []
+    sink = events.append  # one bound method: the one sink to unsubscribe
+    guard.subscribe(sink)
+    try:
+        yield events
+    finally:
+        guard.unsubscribe(sink)

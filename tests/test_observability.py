@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 from uuid import UUID
 
@@ -13,7 +14,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.checkpoint.memory import InMemorySaver
 
 from loop_guard import GuardEvent, LoopGuard, LoopGuardMiddleware
-from loop_guard.testing import ScriptedChatModel, stubborn
+from loop_guard.testing import ScriptedChatModel, capture_events, stubborn
 
 from .agents import ToolRuns, ask, build_graph, make_tools, needs_async_context
 
@@ -137,3 +138,44 @@ def test_the_engine_alone_dispatches_nothing_and_does_not_fail() -> None:
     guard.session("t").check_call(call)
     guard.session("t").record_result(call, Result.of("x"))
     assert guard.stats.warnings == 1
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_capture_events_collects_what_a_run_publishes_and_only_inside_the_block(
+    mode: str,
+) -> None:
+    """`capture_events` sees each event of a real run in order, sync and async, and lets go."""
+    middleware = LoopGuardMiddleware()
+    agent = agent_with_middleware(middleware)
+    config = {"configurable": {"thread_id": "t"}}
+    with capture_events(middleware.guard) as events:
+        if mode == "invoke":
+            agent.invoke(ask(), config)
+        else:
+            asyncio.run(agent.ainvoke(ask(), config))
+    assert [event.kind for event in events] == KINDS
+    assert {event.tool for event in events} == {"read_file"}
+    agent.invoke(ask(), {"configurable": {"thread_id": "other"}})
+    assert len(events) == len(KINDS)  # unsubscribed: the second run is not in the list
+
+
+def test_capture_events_from_several_threads_and_beside_on_event() -> None:
+    """Runs on four threads at once all land in the list; the guard's own sink keeps working."""
+    received: list[GuardEvent] = []
+    middleware = LoopGuardMiddleware(on_event=received.append)
+    agent = agent_with_middleware(middleware)
+
+    def one_run(thread: str) -> None:
+        agent.invoke(ask(), {"configurable": {"thread_id": thread}})
+
+    with capture_events(middleware.guard) as events:
+        workers = [threading.Thread(target=one_run, args=(f"t{n}",)) for n in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    assert sorted(event.kind for event in events) == sorted(KINDS * 4)
+    assert events == received
+    with capture_events(middleware.guard) as inner, capture_events(middleware.guard) as outer:
+        one_run("nested")
+    assert [event.kind for event in inner] == [event.kind for event in outer] == KINDS
