@@ -38,7 +38,7 @@ from loop_guard._values import (
 from loop_guard._volatile import normalize_fresh, normalize_volatile
 
 if TYPE_CHECKING:
-    from loop_guard._langchain import BLOCK_MARK, DUPLICATE_MARK, STEER_MARK
+    from loop_guard._langchain import BLOCK_MARK, DUPLICATE_MARK, FINAL_ANSWER_MARK, STEER_MARK
     from loop_guard.callbacks import LoopGuardCallbackHandler
     from loop_guard.graph import LoopGuardNode
     from loop_guard.middleware import (
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BLOCK_MARK",
     "DUPLICATE_MARK",
+    "FINAL_ANSWER_MARK",
     "GUARD_NAME",
     "STEER_MARK",
     "Block",
@@ -88,6 +89,7 @@ __all__ = [
 _ADAPTERS = {
     "BLOCK_MARK": "_langchain",
     "DUPLICATE_MARK": "_langchain",
+    "FINAL_ANSWER_MARK": "_langchain",
     "STEER_MARK": "_langchain",
     "LoopGuardCallbackHandler": "callbacks",
     "LoopGuardNode": "graph",

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE
 from langgraph.types import Command
@@ -34,6 +34,10 @@ BLOCK_MARK = "blocked"
 
 DUPLICATE_MARK = "duplicate"
 """`response_metadata["loop_guard"]` of the shared result of an identical sibling."""
+
+FINAL_ANSWER_MARK = "final_answer"
+"""`response_metadata["loop_guard"]` of a stopped request's last words with
+`exit_behavior="answer"`: the guard's request for the model's answer, and the answer."""
 
 RESULT_KEY = "loop_guard_result"
 """`response_metadata` key of a steered tool result: the fingerprint of what the tool returned."""
@@ -392,6 +396,30 @@ def stop_messages(
         if not done
     ]
     return [*pending, AIMessage(content=stop.message, name=GUARD_NAME)]
+
+
+def answer_request(stop: Stop) -> HumanMessage:
+    """What the model is sent when a stopped request is to end with its own answer."""
+    return HumanMessage(
+        content=_messages.final_answer_request_text(stop.call.tool),
+        name=GUARD_NAME,
+        response_metadata={"loop_guard": FINAL_ANSWER_MARK},
+    )
+
+
+def final_answer(reply: object) -> AIMessage | None:
+    """The model's reply to `answer_request` as the request's last message (named and
+    marked as the guard's), or `None` when it cannot end the request: it calls a tool,
+    says nothing, or is no AI message."""
+    if (
+        not isinstance(reply, AIMessage)
+        or reply.tool_calls
+        or reply.invalid_tool_calls
+        or not reply.text.strip()
+    ):
+        return None
+    metadata = {**reply.response_metadata, "loop_guard": FINAL_ANSWER_MARK}
+    return reply.model_copy(update={"name": GUARD_NAME, "response_metadata": metadata})
 
 
 def messages_of(state: Any, key: str = "messages") -> Sequence[BaseMessage]:

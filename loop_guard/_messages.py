@@ -80,6 +80,16 @@ def terminate_text(tool: str) -> str:
     )
 
 
+def final_answer_request_text(tool: str) -> str:
+    """What the model is told when the request is stopped and it is asked to answer."""
+    return (
+        f"LOOP GUARD: this request was stopped, because you kept calling {_code(tool)} with "
+        "the same arguments and getting the same result. No tool can be called any more. "
+        "Answer the user now, from what you already have: what you found, what you could "
+        "not finish, and why."
+    )
+
+
 def cycle_steer_text(tools: list[str], laps: int) -> str:
     """The steer message for a cycle: the same few calls, round and round."""
     return (

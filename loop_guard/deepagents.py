@@ -58,9 +58,10 @@ def create_guarded_deep_agent(
     (`create_agent(..., middleware=[LoopGuardMiddleware()])`). An `AsyncSubAgent` runs
     on a remote server: guard it there.
 
-    In subagents the guard always ends a stopped run cleanly (`exit_behavior="end"`),
-    so the main agent reads the stop as the task's result: with
-    `exit_behavior="error"`, only the main agent raises `LoopGuardAbort`.
+    In subagents the guard always ends a stopped run cleanly, so the main agent reads
+    the stop as the task's result: with `exit_behavior="error"`, only the main agent
+    raises `LoopGuardAbort`; with `exit_behavior="answer"`, a stopped subagent's own
+    answer is the task's result.
 
     Args:
         model: As for `create_deep_agent`.
@@ -111,7 +112,7 @@ def _for_subagents(guard: LoopGuardMiddleware[Any, Any]) -> LoopGuardMiddleware[
     One instance serves any number of agents (its state lives in each agent's state);
     a second is made only when the main agent's raises on a stop.
     """
-    if guard.exit_behavior == "end":
+    if guard.exit_behavior != "error":
         return guard
     return LoopGuardMiddleware(guard.guard.config, on_event=guard.guard.on_event)
 

@@ -3,7 +3,8 @@
 A scripted model (no API key) keeps reading a file that does not exist. The same agent
 runs without the guard (until LangGraph's recursion limit), with `LoopGuardMiddleware`,
 and as a hand-built graph with `guard_tools` and `LoopGuardNode`; a healthy agent shows
-that legitimate work is left alone.
+that legitimate work is left alone, and `exit_behavior="answer"` that a stopped agent can
+end with its own answer.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from loop_guard._guard import LoopGuard
-from loop_guard._langchain import BLOCK_MARK, STEER_MARK, is_marked
+from loop_guard._langchain import BLOCK_MARK, FINAL_ANSWER_MARK, STEER_MARK, is_marked
 from loop_guard._messages import GUARD_NAME
 from loop_guard.graph import LoopGuardNode
 from loop_guard.testing import ScriptedChatModel, sequence, stubborn
@@ -85,6 +86,11 @@ def demo_tools(runs: Counter[str]) -> list[BaseTool]:
 
 
 STUBBORN = stubborn(("read_file", {"path": "notes.md"}))
+ANSWERING = stubborn(
+    ("read_file", {"path": "notes.md"}),
+    answer="I could not read notes.md: it does not exist. The folder has NOTES.md; shall I "
+    "summarise that one?",
+)
 HEALTHY = sequence(
     [("list_dir", {"path": "."})],
     [("read_file", {"path": "NOTES.md"})],
@@ -111,7 +117,8 @@ def run_agent(model: BaseChatModel, middleware: Sequence[Any], limit: int = 10_0
         ended_by = f"LangGraph's recursion limit ({limit} steps)"
     messages = list(agent.get_state(config).values["messages"])
     if _guard_stopped(messages):
-        ended_by = "loop_guard"
+        answered = is_marked(messages[-1], FINAL_ANSWER_MARK)
+        ended_by = "loop_guard, with the model's own answer" if answered else "loop_guard"
     return Outcome(messages, _model_calls(model, messages), sum(runs.values()), ended_by)
 
 
@@ -150,7 +157,15 @@ def print_timeline(outcome: Outcome, paint: Palette, out: TextIO, *, limit: int 
     turn = 0
     lines: list[str] = []
     for message in outcome.messages:
-        if isinstance(message, AIMessage) and message.name == GUARD_NAME:
+        if is_marked(message, FINAL_ANSWER_MARK) and isinstance(message, AIMessage):
+            turn += 1
+            lines.append(f"turn {turn:>2}  model  {paint(f'✓ {message.content}', '32')}")
+        elif is_marked(message, FINAL_ANSWER_MARK):
+            lines.append(
+                f"        {paint('guard  ■ stopped', '1;31')}  asked the model for its answer, "
+                "with no tools"
+            )
+        elif isinstance(message, AIMessage) and message.name == GUARD_NAME:
             lines.append(f"        {paint('guard  ■ stopped', '1;31')}  {message.content}")
         elif isinstance(message, AIMessage):
             turn += 1
@@ -213,6 +228,12 @@ def run_demo(out: TextIO = sys.stdout, model: BaseChatModel | None = None) -> in
     healthy = run_agent(ScriptedChatModel(script=HEALTHY), [LoopGuardMiddleware()])
     print_timeline(healthy, paint, out)
 
+    heading('5. The stubborn agent, LoopGuardMiddleware(exit_behavior="answer"): its own answer')
+    answered = run_agent(
+        ScriptedChatModel(script=ANSWERING), [LoopGuardMiddleware(exit_behavior="answer")]
+    )
+    print_timeline(answered, paint, out)
+
     heading("Totals")
     saved_calls = unguarded.model_calls - guarded.model_calls
     saved_runs = unguarded.tool_runs - guarded.tool_runs
@@ -228,4 +249,5 @@ def run_demo(out: TextIO = sys.stdout, model: BaseChatModel | None = None) -> in
     interventions = sum(
         isinstance(m, ToolMessage) and is_marked(m, BLOCK_MARK) for m in healthy.messages
     ) + sum(isinstance(m, HumanMessage) and m.name == GUARD_NAME for m in healthy.messages)
-    return 0 if interventions == 0 and guarded.ended_by == "loop_guard" else 1
+    stopped = guarded.ended_by == "loop_guard" and answered.ended_by.startswith("loop_guard,")
+    return 0 if interventions == 0 and stopped else 1

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END
 from langgraph.types import Command
 from typing_extensions import assert_never
@@ -18,15 +21,19 @@ from loop_guard._faces import attach_sinks, results_of
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
+    answer_request,
     answers_to,
     block_message,
     calls_of,
+    final_answer,
     is_marked,
     last_batch,
     messages_of,
     stop_messages,
 )
 from loop_guard._values import Block, Call, Proceed, Steer, Stop
+
+logger = logging.getLogger("loop_guard")
 
 
 class LoopGuardNode:
@@ -50,6 +57,14 @@ class LoopGuardNode:
             Pass `destinations=(next_node, END)` to `add_node` so that `compile()`
             checks it; otherwise a missing node raises at the first run.
         messages_key: The state key holding the messages (as `ToolNode(messages_key=...)`).
+        model: A chat model with no tools bound: when given, a stopped request ends with
+            its answer instead of the guard's message. It is called once, told why the
+            request was stopped and asked to answer from what it already has; its reply,
+            named `loop_guard`, is the request's last message, and it and the request
+            for it carry `response_metadata["loop_guard"] == FINAL_ANSWER_MARK`. When
+            the call fails, or the reply calls a tool or says nothing, the request ends
+            with the guard's message. The node calls it synchronously (in an async
+            graph LangGraph runs the node in a worker thread).
 
     Raises:
         ValueError: At the first run, when the graph has no node named `next_node`.
@@ -66,10 +81,21 @@ class LoopGuardNode:
         builder.add_edge("tools", "loop_guard")
         graph = builder.compile(checkpointer=InMemorySaver())
         ```
+
+        A stopped request that ends with the model's own answer:
+
+        ```python
+        LoopGuardNode(guard, model=chat_model)  # the model without bind_tools
+        ```
     """
 
     def __init__(
-        self, guard: LoopGuard, *, next_node: str = "model", messages_key: str = "messages"
+        self,
+        guard: LoopGuard,
+        *,
+        next_node: str = "model",
+        messages_key: str = "messages",
+        model: Runnable[LanguageModelInput, BaseMessage] | None = None,
     ) -> None:
         """Create the node; see the class docstring."""
         given: object = guard  # checked at run time: callers may be untyped
@@ -82,6 +108,11 @@ class LoopGuardNode:
         if not isinstance(messages_key, str) or not messages_key:
             msg = f"messages_key must be a state key, got {messages_key!r}"
             raise ValueError(msg)
+        given_model: object = model
+        if given_model is not None and not isinstance(given_model, Runnable):
+            msg = f"model must be a chat model (a Runnable), got {type(given_model).__name__}"
+            raise ValueError(msg)
+        self.model = model
         self.guard = guard
         self.next_node = next_node
         self.messages_key = messages_key
@@ -103,6 +134,8 @@ class LoopGuardNode:
             self._next_node_found = True
         try:
             return self._route(messages_of(state, self.messages_key), config)
+        except GraphBubbleUp:  # an interrupt in the final answer's model call
+            raise
         except Exception as error:  # a fault of the guard: the agent goes on unguarded
             self.guard.report_fault(None, error)
             return Command(goto=self.next_node)
@@ -158,8 +191,10 @@ class LoopGuardNode:
         match session.finish(results, settle=bool(calls)):
             case Stop() as stop:
                 answered = [answer is not None for answer in paired]
-                ending = stop_messages(ai_message, answered, stop)
-                return Command(goto=END, update={self.messages_key: [*corrections, *ending]})
+                ending = [*corrections, *stop_messages(ai_message, answered, stop)]
+                if self.model is not None:
+                    ending = self._answered(messages, ending, stop, config)
+                return Command(goto=END, update={self.messages_key: ending})
             case Steer() as steer:
                 corrections.append(HumanMessage(content=steer.message, name=_messages.GUARD_NAME))
             case None:
@@ -169,6 +204,42 @@ class LoopGuardNode:
         if not corrections:
             return Command(goto=self.next_node)
         return Command(goto=self.next_node, update={self.messages_key: corrections})
+
+    def _answered(
+        self,
+        messages: Sequence[BaseMessage],
+        ending: list[AnyMessage],
+        stop: Stop,
+        config: RunnableConfig,
+    ) -> list[AnyMessage]:
+        """The stop's messages with the model's final answer in place of the guard's
+        message, when the model gives one (see `model`)."""
+        if self.model is None:
+            return ending
+        request = answer_request(stop)
+        *before, _ = ending
+        # What the model sees: the history with the withheld results in place (they
+        # replace answers by id), then the unanswered calls' answers.
+        present = {message.id for message in messages if message.id}
+        corrected: dict[str | None, BaseMessage] = {
+            message.id: message for message in before if message.id in present
+        }
+        history = [corrected.get(message.id, message) for message in messages]
+        added = [message for message in before if message.id not in present]
+        try:
+            reply = self.model.invoke([*history, *added, request], config)
+        except GraphBubbleUp:
+            raise
+        except Exception as error:  # the model's fault, not the user's: end as without it
+            logger.warning(
+                "loop guard: the final answer of a stopped request failed (%s: %s); the "
+                "request ends with the guard's message",
+                type(error).__name__,
+                error,
+            )
+            return ending
+        answer = final_answer(reply)
+        return ending if answer is None else [*before, request, answer]
 
 
 _BRANCH = "branch:to:"

@@ -32,10 +32,12 @@ from loop_guard._events import GuardEvent
 from loop_guard._faces import ashared_run, attach_sinks, results_of, shared_run
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
+    answer_request,
     answers_to,
     block_message,
     call_keys,
     calls_of,
+    final_answer,
     keys_of,
     last_batch,
     messages_of,
@@ -54,13 +56,20 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("loop_guard")
 
-ExitBehavior = Literal["end", "error"]
+ExitBehavior = Literal["end", "answer", "error"]
 """How the request ends when the guard stops it (abort, or terminate).
 
 - `'end'`: End the run cleanly (default): every pending tool call gets a `ToolMessage`
     and a final `AIMessage` (`name="loop_guard"`) tells the user why.
+- `'answer'`: End it with the model's own answer: the pending calls are answered as
+    with `'end'`, then the model is called once more with no tools, told why the
+    request was stopped and asked to answer from what it already has. Its reply ends
+    the run, named `loop_guard`; it and the request for it are marked
+    `response_metadata["loop_guard"] == FINAL_ANSWER_MARK`. When that call fails, or
+    the reply calls a tool or says nothing, the run ends as with `'end'`.
 - `'error'`: Raise `LoopGuardAbort` from the agent's `invoke`/`stream`.
 """
+_EXIT_BEHAVIORS: tuple[ExitBehavior, ...] = ("end", "answer", "error")
 
 
 class LoopGuardState(AgentState[ResponseT]):
@@ -94,7 +103,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     Configuration:
         - Every `LoopGuardConfig` field, as a keyword argument or a `LOOP_GUARD_*`
             environment variable (arguments win).
-        - `exit_behavior`: `'end'` (default) or `'error'`.
+        - `exit_behavior`: `'end'` (default), `'answer'` or `'error'` (`ExitBehavior`).
         - `on_event`: a callable receiving a `GuardEvent` per warning, block and stop.
 
     The guard's state lives in the agent state, never on this object: one instance
@@ -118,6 +127,13 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             )
             agent = create_agent("openai:gpt-5.5", tools, middleware=[guard])
             ```
+
+        !!! example "A stopped request ends with the model's own answer"
+
+            ```python
+            guard = LoopGuardMiddleware(exit_behavior="answer")
+            agent = create_agent("openai:gpt-5.5", tools, middleware=[guard])
+            ```
     """
 
     state_schema = LoopGuardState  # type: ignore[assignment]
@@ -135,8 +151,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         Args:
             config: Settings; when `None`, read from the `LOOP_GUARD_*` variables.
             on_event: Called with a `GuardEvent` for every warning, block and stop.
-            exit_behavior: `'end'` to end the run cleanly, `'error'` to raise
-                `LoopGuardAbort`.
+            exit_behavior: `'end'` to end the run cleanly with the guard's message,
+                `'answer'` to end it with the model's own answer, `'error'` to raise
+                `LoopGuardAbort` (`ExitBehavior`).
             **overrides: Any `LoopGuardConfig` field; wins over `config` and the
                 environment.
 
@@ -144,8 +161,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             ValueError: If an explicit argument is invalid.
         """
         super().__init__()
-        if exit_behavior not in ("end", "error"):
-            msg = f"Invalid exit_behavior: {exit_behavior!r}. Must be one of ('end', 'error')"
+        if exit_behavior not in _EXIT_BEHAVIORS:
+            msg = f"Invalid exit_behavior: {exit_behavior!r}. Must be one of {_EXIT_BEHAVIORS}"
             raise ValueError(msg)
         self.guard = LoopGuard(config, on_event=on_event, **overrides)
         attach_sinks(self.guard)
@@ -493,9 +510,15 @@ class _Turn(Generic[ResponseT]):
         # Each reply refused in full adds a block, and `abort_threshold` blocks stop the
         # request: the bound is a backstop only.
         self.calls_left = middleware.guard.config.abort_threshold + 2
+        # Once a stop is due with `exit_behavior="answer"`: what the model is told when it
+        # is asked for its final answer.
+        self.asking: HumanMessage | None = None
+        self.answered = False  # the model's final answer ends the turn
 
     def next_request(self) -> ModelRequest[Any] | None:
         """The model request to send now (a due steer added), or `None` when done."""
+        if self.asking is not None:
+            return self._final_request()
         if not self.again or self.calls_left <= 0:
             return None
         self.again, self.calls_left = False, self.calls_left - 1
@@ -511,9 +534,13 @@ class _Turn(Generic[ResponseT]):
         """Decide the model's reply.
 
         Refused in full (and no stop): its refusals join the turn and the model is asked
-        again. Stopped: the answers and the stop end the turn. Refused in part: the tool
-        node answers the refused calls (`wrap_tool_call`).
+        again. Stopped: the answers and the stop end the turn (with
+        `exit_behavior="answer"`, the model is asked for its final answer first). Refused
+        in part: the tool node answers the refused calls (`wrap_tool_call`).
         """
+        if self.asking is not None:
+            self._take_final(response)
+            return
         self.response = response
         self._add(response.result)
         answers = self._decide(self.middleware._check_response)
@@ -521,6 +548,9 @@ class _Turn(Generic[ResponseT]):
             return
         if any(isinstance(answer, AIMessage) for answer in answers):
             self.ending = list(answers)
+            stop = self.session.stop
+            if self.middleware.exit_behavior == "answer" and stop is not None:
+                self.asking, self.again = answer_request(stop), True
             return
         reply, _ = last_batch(response.result)
         refusals = sum(isinstance(answer, ToolMessage) for answer in answers)  # one per call
@@ -549,6 +579,14 @@ class _Turn(Generic[ResponseT]):
         """
         if self.response is None or isinstance(error, GraphBubbleUp):
             return False
+        if self.asking is not None:
+            logger.warning(
+                "loop guard: the final answer of a stopped request failed (%s: %s); the "
+                "request ends with the guard's message",
+                type(error).__name__,
+                error,
+            )
+            return True
         logger.warning(
             "loop guard: asking the model again after a refusal failed (%s: %s); "
             "the model is asked on the next step",
@@ -575,7 +613,36 @@ class _Turn(Generic[ResponseT]):
         update: dict[str, Any] = {"loop_guard": self.session.snapshot()}
         if self.ending:
             update["messages"] = self.ending
+        if self.answered:
+            # One more model call for `ModelCallLimitMiddleware`, whose `after_model`
+            # counts this turn once; its counts exist from its first count on.
+            for count in ("thread_model_call_count", "run_model_call_count"):
+                value = self.state.get(count)
+                if isinstance(value, int):
+                    update[count] = value + 1
         return ExtendedModelResponse(model_response=reply, command=Command(update=update))
+
+    def _final_request(self) -> ModelRequest[Any] | None:
+        """The request for the model's final answer, once: the history so far with the
+        stop's answers and what the model is told, no tools, plain text."""
+        if not self.again or self.asking is None:
+            return None
+        self.again = False
+        messages = [*self.request.messages, *self.added, *self.ending[:-1], self.asking]
+        return self.request.override(
+            messages=cast("list[AnyMessage]", messages),
+            tools=[],
+            tool_choice=None,
+            response_format=None,
+        )
+
+    def _take_final(self, response: ModelResponse[ResponseT]) -> None:
+        """End the turn with the model's final answer in place of the guard's message,
+        unless the reply calls a tool or says nothing."""
+        answer = final_answer(response.result[-1] if response.result else None)
+        if answer is not None and self.asking is not None:
+            self.ending = [*self.ending[:-1], self.asking, answer]
+            self.answered = True
 
     def _decide(
         self,

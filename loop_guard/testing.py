@@ -31,6 +31,7 @@ from typing_extensions import override
 
 from loop_guard._events import GuardEvent
 from loop_guard._guard import LoopGuard
+from loop_guard._langchain import FINAL_ANSWER_MARK
 from loop_guard._messages import GUARD_NAME
 
 Script = Callable[[Sequence[BaseMessage], int], AIMessage]
@@ -107,9 +108,29 @@ def steered(messages: Sequence[BaseMessage]) -> bool:
     return False
 
 
-def stubborn(*calls: ToolCallSpec) -> Script:
-    """A model that makes the same call(s) forever, whatever it is told."""
-    return lambda messages, index: tool_calls_message(*calls)
+def stubborn(*calls: ToolCallSpec, answer: str | None = None) -> Script:
+    """A model that makes the same call(s) forever, whatever it is told.
+
+    With `answer`, it says that when the guard stops the request and asks it for its
+    answer (`LoopGuardMiddleware(exit_behavior="answer")`).
+    """
+
+    def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        if answer is not None and asked_to_answer(messages):
+            return AIMessage(content=answer)
+        return tool_calls_message(*calls)
+
+    return script
+
+
+def asked_to_answer(messages: Sequence[BaseMessage]) -> bool:
+    """Whether the guard has just stopped the request and asked the model for its answer."""
+    last = messages[-1] if messages else None
+    return (
+        isinstance(last, HumanMessage)
+        and last.name == GUARD_NAME
+        and last.response_metadata.get("loop_guard") == FINAL_ANSWER_MARK
+    )
 
 
 def obedient(*calls: ToolCallSpec, answer: str = "Giving up on that; here is my answer.") -> Script:

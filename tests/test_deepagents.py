@@ -25,7 +25,7 @@ from langgraph.types import Command
 
 from loop_guard import GUARD_NAME, GuardEvent, LoopGuardAbort, LoopGuardMiddleware
 from loop_guard.deepagents import create_guarded_deep_agent
-from loop_guard.testing import ScriptedChatModel, tool_calls_message
+from loop_guard.testing import ScriptedChatModel, asked_to_answer, tool_calls_message
 
 from .agents import assert_valid_history, blocked, current_request, final_stop, steers
 
@@ -148,6 +148,30 @@ def test_a_stubborn_general_purpose_subagent_is_steered_blocked_and_stopped(sync
     assert messages[-1].content == f"Report: {result}"
     assert final_stop(messages) is None  # the main agent was not stopped
     assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert_valid_history(messages)
+
+
+def answers_when_stopped_sub(messages: Sequence[BaseMessage]) -> AIMessage:
+    """Reads the missing file until the guard stops it, then answers when asked."""
+    if asked_to_answer(messages):
+        return AIMessage("The notes file cannot be read.")
+    return tool_calls_message(READ_NOTES)
+
+
+@SYNC
+def test_with_exit_behavior_answer_a_stopped_subagents_answer_is_the_task_result(
+    sync: bool,
+) -> None:
+    """The subagent's own answer, asked for with no tools, reaches the main agent."""
+    play = Play(delegate(FIND), answers_when_stopped_sub)
+    guard = LoopGuardMiddleware(exit_behavior="answer")
+    agent = create_guarded_deep_agent(
+        ScriptedChatModel(script=play), [], middleware=[guard], checkpointer=InMemorySaver()
+    )
+    messages = ask(agent, sync, THREAD)["messages"]
+    assert play.calls == {"sub": 8, "main": 2}  # the stopped run's 7 calls and its answer
+    assert task_results(messages) == ["The notes file cannot be read."]
+    assert messages[-1].content == "Report: The notes file cannot be read."
     assert_valid_history(messages)
 
 

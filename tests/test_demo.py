@@ -20,8 +20,10 @@ def test_demo_shows_the_guard_stopping_the_stubborn_agent() -> None:
     assert "100 model calls, 100 tool runs, ended by LangGraph's recursion limit" in text
     assert text.count("7 model calls, 4 tool runs, ended by loop_guard") == 2
     assert "Saved 93 model calls and 96 tool runs." in text
-    assert text.count("⛔ blocked") == 6
-    assert text.count("⚠ steer") == 2
+    assert text.count("⛔ blocked") == 9
+    assert text.count("⚠ steer") == 3
+    assert "guard  ■ stopped  asked the model for its answer, with no tools" in text
+    assert "8 model calls, 4 tool runs, ended by loop_guard, with the model's own answer" in text
     assert "\033[" not in text  # no colours when not on a terminal
 
 
