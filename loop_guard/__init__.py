@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from loop_guard._config import LoopGuardConfig, Normalizer, ToolPolicy
@@ -49,6 +50,12 @@ if TYPE_CHECKING:
         upgrade_thread,
     )
     from loop_guard.tools import guard_tools
+
+try:
+    __version__ = version("langchain-loop-guard")
+    """The installed distribution's version (pyproject.toml is its one source)."""
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BLOCK_MARK",

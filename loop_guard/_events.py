@@ -17,6 +17,9 @@ from typing import Any, Literal, final
 from loop_guard._values import Block, Decision, Proceed, Reason, Steer, Stop
 
 logger = logging.getLogger("loop_guard")
+# A library's records go where the application sends them; with logging never configured,
+# nowhere (not Python's last-resort handler, which would print warnings on stderr).
+logger.addHandler(logging.NullHandler())
 
 EventKind = Literal["warn", "block", "abort", "terminate", "error"]
 

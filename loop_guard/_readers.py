@@ -85,24 +85,36 @@ def read(source: Path | str, thread: str | None) -> list[Conversation | ScanErro
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        data = _json_lines(text)
+        return _json_lines(path.name, text)
     found: list[Conversation | ScanError] = [*_conversations(path.name, data)]
     return found
 
 
-def _json_lines(text: str) -> list[Any]:
-    rows = []
+def _json_lines(name: str, text: str) -> list[Conversation | ScanError]:
+    """A JSON Lines file: one conversation per line (an object with `messages`), or one
+    message per line. A line that is not JSON loses only its own conversation, when
+    lines are conversations; when they are messages, it changes the one conversation
+    they make, which is then not read."""
+    rows: list[tuple[int, Any]] = []
+    broken: list[tuple[int, ScanError]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                rows.append((number, json.loads(line)))
             except json.JSONDecodeError as error:
-                msg = f"line {number} is not JSON: {error.msg}"
-                raise ScanError(msg) from error
-    if not rows:
+                broken.append((number, ScanError(f"line {number} is not JSON: {error.msg}")))
+    if not rows and not broken:
         msg = "empty file"
         raise ScanError(msg)
-    return rows
+    if not rows or not all(isinstance(row, Mapping) and "messages" in row for _, row in rows):
+        if broken:
+            raise broken[0][1]
+        return [*_conversations(name, [row for _, row in rows])]
+    found: list[Conversation | ScanError] = [error for _, error in broken]
+    found.extend(
+        Conversation(f"{name}#{number}", _messages(row["messages"])) for number, row in rows
+    )
+    return found
 
 
 def _conversations(name: str, data: Any) -> list[Conversation]:

@@ -17,11 +17,29 @@ _SETTING = "setting_"  # the argparse dest prefix of the LoopGuardConfig flags
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and run a subcommand; returns the exit status."""
+    """Parse the command line and run a subcommand; returns the exit status.
+
+    Output piped into a reader that stops early (`loop-guard demo | head`) ends the
+    command quietly, as other command-line tools do.
+    """
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that this flush
+        # does not fail a second time with a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from loop_guard import __version__
+
     parser = argparse.ArgumentParser(
         prog="loop-guard",
         description="Stop LangChain and LangGraph agents that repeat the same tool call.",
     )
+    parser.add_argument("--version", action="version", version=f"loop-guard {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
         "demo", help="watch the guard stop a stubborn agent (offline, no API key)"
@@ -38,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Replay conversation files, LangGraph SQLite checkpoint databases and "
         "LangGraph PostgreSQL checkpointers (postgresql://user@host:5432/db) through the guard. "
         "Exit status: 0 when the guard would not have stepped in, 1 when it would have (a "
-        "steer, a block or a stop), 2 when a file or a thread could not be read.",
+        "steer, a block or a stop), 2 when a file or a thread could not be read, 3 when "
+        "both (1 + 2: a flagged conversation is never hidden by an unreadable one).",
     )
     scan.add_argument(
         "paths",

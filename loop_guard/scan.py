@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 EXIT_CLEAN, EXIT_LOOP, EXIT_UNREADABLE = 0, 1, 2
+"""The scan's exit status adds them: 3 is a loop found and a source not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,11 @@ def print_table(reports: Sequence[Report], out: TextIO) -> None:
         stopped = "-" if stop is None else f"{stop.call_index} ({stop.event.kind})"
         print(f"{report.name:<{width}}  {report.calls:>5}  {cells[0]:>5}  {cells[1]:>5}  {stopped}",
               file=out)  # fmt: skip
+    print(
+        "\nsteer, block, stop: the number of the tool call (from 1) at which the guard would\n"
+        'first have steered, blocked and stopped; "-": never.',
+        file=out,
+    )
     for report in reports:
         if report.findings:
             print(f"\n{report.name}", file=out)
@@ -168,7 +174,7 @@ def run_scan(
 ) -> int:
     """Scan files and databases (paths, or PostgreSQL URLs); 0 when the guard would not have
     stepped in, 1 when it would, 2 when a file or a thread could not be read (each is named
-    with the reason)."""
+    with the reason), 3 when both."""
     out, err = out or sys.stdout, err or sys.stderr
     reports: list[Report] = []
     unreadable = False
@@ -195,6 +201,5 @@ def run_scan(
         print(file=out)
     elif reports:
         print_table(reports, out)
-    if unreadable:
-        return EXIT_UNREADABLE
-    return EXIT_LOOP if any(r.findings for r in reports) else EXIT_CLEAN
+    looped = any(r.findings for r in reports)
+    return (EXIT_LOOP if looped else EXIT_CLEAN) + (EXIT_UNREADABLE if unreadable else 0)
