@@ -56,7 +56,8 @@ def test_demo_piped_into_a_reader_that_stops_early_ends_without_a_traceback() ->
         stderr=subprocess.PIPE,
         text=True,
     ) as demo:
-        assert demo.stdout is not None and demo.stderr is not None
+        assert demo.stdout is not None
+        assert demo.stderr is not None
         first = [demo.stdout.readline() for _ in range(3)]
         demo.stdout.close()  # as `head` does once it has its lines
         err = demo.stderr.read()
