@@ -9,17 +9,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from loop_guard import GuardEvent, LoopGuard, LoopGuardMiddleware
+from loop_guard import GuardEvent
 from loop_guard.testing import ScriptedChatModel, tool_calls_message
 from tests.support.agents import (
     ToolRuns,
     ask,
     assert_valid_history,
-    build_graph,
+    guarded_agent,
     make_tools,
     timeline,
 )
@@ -49,11 +48,10 @@ def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
 def build(face: str, guard_events: list[GuardEvent]) -> Any:
     model = ScriptedChatModel(script=script)
     tools = make_tools(ToolRuns())
-    if face == "middleware":
-        middleware = LoopGuardMiddleware(on_event=guard_events.append)
-        return create_agent(model, tools, middleware=[middleware], checkpointer=InMemorySaver())
-    guard = LoopGuard(on_event=guard_events.append)
-    return build_graph(model, tools, guard, checkpointer=InMemorySaver())
+    agent, _ = guarded_agent(
+        face, model, tools, on_event=guard_events.append, checkpointer=InMemorySaver()
+    )
+    return agent
 
 
 def config(task: str) -> dict[str, Any]:

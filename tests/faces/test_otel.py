@@ -11,14 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from langchain.agents import create_agent
 from langgraph.checkpoint.memory import InMemorySaver
 
-from loop_guard import LoopGuard, LoopGuardAbort, LoopGuardCallbackHandler, LoopGuardMiddleware
-from loop_guard import guard_tools as wrap
+from loop_guard import LoopGuardAbort
 from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support import ROOT
-from tests.support.agents import Mode, ToolRuns, ask, build_graph, make_tools, run
+from tests.support.agents import Mode, ToolRuns, ask, guarded_agent, make_tools, run
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk", reason="needs opentelemetry-sdk (dev)")
 
@@ -44,22 +42,15 @@ Face = Callable[[Any, ToolRuns], tuple[Any, dict[str, Any]]]
 
 
 def middleware_face(model: Any, runs: ToolRuns) -> tuple[Any, dict[str, Any]]:
-    agent = create_agent(
-        model, make_tools(runs), middleware=[LoopGuardMiddleware()], checkpointer=InMemorySaver()
-    )
-    return agent, {}
+    return guarded_agent("middleware", model, make_tools(runs), checkpointer=InMemorySaver())
 
 
 def node_face(model: Any, runs: ToolRuns) -> tuple[Any, dict[str, Any]]:
-    guard = LoopGuard()
-    graph = build_graph(model, make_tools(runs), guard, checkpointer=InMemorySaver())
-    return graph, {}
+    return guarded_agent("graph", model, make_tools(runs), checkpointer=InMemorySaver())
 
 
 def handler_face(model: Any, runs: ToolRuns) -> tuple[Any, dict[str, Any]]:
-    guard = LoopGuard()
-    agent = create_agent(model, wrap(make_tools(runs), guard), checkpointer=InMemorySaver())
-    return agent, {"callbacks": [LoopGuardCallbackHandler(guard)]}
+    return guarded_agent("handler", model, make_tools(runs), checkpointer=InMemorySaver())
 
 
 def counts() -> Counter[tuple[str, str, str]]:

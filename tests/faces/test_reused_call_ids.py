@@ -11,17 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from loop_guard import (
-    LoopGuard,
     LoopGuardAbort,
-    LoopGuardCallbackHandler,
     LoopGuardConfig,
-    LoopGuardMiddleware,
-    guard_tools,
 )
 from loop_guard.scan import Conversation, scan_conversation
 from loop_guard.testing import Script, ScriptedChatModel, stubborn
@@ -31,8 +26,8 @@ from tests.support.agents import (
     ToolRuns,
     ask,
     assert_valid_history,
-    build_graph,
     faces_and_modes,
+    guarded_agent,
     make_tools,
     run,
     timeline,
@@ -66,19 +61,8 @@ def reusing(script: Script, scheme: IdScheme) -> Script:
 def _agent(face: str, script: Script, runs: ToolRuns) -> tuple[Any, dict[str, Any]]:
     model = ScriptedChatModel(script=script)
     config: dict[str, Any] = {"configurable": {"thread_id": "t"}, "recursion_limit": 60}
-    if face == "middleware":
-        agent = create_agent(
-            model,
-            make_tools(runs),
-            middleware=[LoopGuardMiddleware()],
-            checkpointer=InMemorySaver(),
-        )
-        return agent, config
-    guard = LoopGuard()
-    if face == "graph":
-        return build_graph(model, make_tools(runs), guard, checkpointer=InMemorySaver()), config
-    agent = create_agent(model, guard_tools(make_tools(runs), guard), checkpointer=InMemorySaver())
-    return agent, {**config, "callbacks": [LoopGuardCallbackHandler(guard)]}
+    agent, extra = guarded_agent(face, model, make_tools(runs), checkpointer=InMemorySaver())
+    return agent, {**config, **extra}
 
 
 def _run(face: str, script: Script, mode: Mode) -> tuple[list[str], int, list[BaseMessage]]:

@@ -1,4 +1,5 @@
-"""Shared pieces for end-to-end tests: counted tools, run modes, history checks."""
+"""Shared pieces for end-to-end tests: counted tools, guarded agents, run modes, history
+checks, and the one-shot worker process."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +22,15 @@ from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from loop_guard import GUARD_NAME, LoopGuard, LoopGuardNode, guard_tools
+from loop_guard import (
+    GUARD_NAME,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    LoopGuardNode,
+    guard_tools,
+)
 
 Mode = Literal["invoke", "ainvoke", "stream", "astream"]
 MODES: tuple[Mode, ...] = ("invoke", "ainvoke", "stream", "astream")
@@ -226,6 +235,51 @@ def build_graph(
     builder.add_conditional_edges("model", tools_condition)
     builder.add_edge("tools", "loop_guard")
     return builder.compile(checkpointer=checkpointer, interrupt_before=interrupt_before)
+
+
+def guarded_agent(
+    face: str,
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    *,
+    on_event: Callable[[GuardEvent], object] | None = None,
+    checkpointer: Any = None,
+    interrupt_before: list[str] | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """An agent guarded by a new guard, attached the way `face` does it, and what its run
+    config needs (the handler's callbacks):
+
+    - `middleware` (`agent` in the worker scripts): `create_agent` with `LoopGuardMiddleware`;
+    - `graph`: `guard_tools` + `ToolNode` + `LoopGuardNode` (`build_graph`);
+    - `handler`: `create_agent` with `guard_tools` and a `LoopGuardCallbackHandler` in the
+      run config, no node (a stopped request ends with `LoopGuardAbort`).
+    """
+    from langchain.agents import create_agent  # the `agents` extra, for these faces only
+
+    if face in ("middleware", "agent"):
+        agent = create_agent(
+            model,
+            list(tools),
+            middleware=[LoopGuardMiddleware(on_event=on_event)],
+            checkpointer=checkpointer,
+            interrupt_before=interrupt_before,
+        )
+        return agent, {}
+    guard = LoopGuard(on_event=on_event)
+    if face == "graph":
+        graph = build_graph(
+            model, tools, guard, checkpointer=checkpointer, interrupt_before=interrupt_before
+        )
+        return graph, {}
+    if face == "handler":
+        agent = create_agent(
+            model,
+            guard_tools(tools, guard),
+            checkpointer=checkpointer,
+            interrupt_before=interrupt_before,
+        )
+        return agent, {"callbacks": [LoopGuardCallbackHandler(guard)]}
+    raise ValueError(f"unknown face {face!r}")
 
 
 WORKER = Path(__file__).with_name("worker.py")

@@ -27,13 +27,11 @@ from typing import Any
 
 def main(database: str, thread: str, face: str, action: str, steps: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
-    from langchain.agents import create_agent
     from langchain_core.tools import BaseTool
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from loop_guard import LoopGuard, LoopGuardMiddleware
     from loop_guard.testing import ScriptedChatModel, stubborn
-    from tests.support.agents import ToolRuns, ask, build_graph, make_tools, timeline
+    from tests.support.agents import ToolRuns, ask, guarded_agent, make_tools, timeline
 
     class Slow(ToolRuns):
         def hit(self, name: str) -> None:
@@ -44,18 +42,7 @@ def main(database: str, thread: str, face: str, action: str, steps: int) -> None
     model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
     tools: list[BaseTool] = make_tools(Slow() if action == "slow" else ToolRuns())
     pause: Any = ["tools"] if action == "step" else None
-    if face == "agent":
-        agent: Any = create_agent(
-            model,
-            tools,
-            middleware=[LoopGuardMiddleware()],
-            checkpointer=checkpointer,
-            interrupt_before=pause,
-        )
-    else:
-        agent = build_graph(
-            model, tools, LoopGuard(), checkpointer=checkpointer, interrupt_before=pause
-        )
+    agent, _ = guarded_agent(face, model, tools, checkpointer=checkpointer, interrupt_before=pause)
     config = {"configurable": {"thread_id": thread}}
     if action in ("request", "slow") or not agent.get_state(config).values:
         agent.invoke(ask(), config)

@@ -7,12 +7,11 @@ worker lives on between the steps it runs. This program is such a worker: it bui
 agent (and so its guard's in-process memory) once, then serves commands until told to
 quit, so a test can hand one thread back and forth between two of them mid-request.
 
-FACE is how the guard is attached (every agent pauses before its tool step):
-
-- `agent`: `create_agent` with `LoopGuardMiddleware` (its state is checkpointed);
-- `graph`: `guard_tools` + `ToolNode` + `LoopGuardNode` (`tests.support.agents.build_graph`);
-- `handler`: `create_agent` with `guard_tools` and a `LoopGuardCallbackHandler` in the
-  run config, no node (a stopped request ends with `LoopGuardAbort`).
+FACE is how the guard is attached (`tests.support.agents.guarded_agent`): `agent`
+(`create_agent` with `LoopGuardMiddleware`, its state checkpointed), `graph` (`guard_tools`
++ `ToolNode` + `LoopGuardNode`) or `handler` (`guard_tools` and a `LoopGuardCallbackHandler`
+in the run config, no node: a stopped request ends with `LoopGuardAbort`). Every agent
+pauses before its tool step.
 
 MODE is `sync` (`PostgresSaver`, `invoke`) or `async` (`AsyncPostgresSaver`, `ainvoke`,
 one event loop for the life of the process).
@@ -77,12 +76,10 @@ class Worker:
     """One agent, its guard and its tool counters, kept for the life of the process."""
 
     def __init__(self, url: str, face: str, mode: str, stack: contextlib.ExitStack) -> None:
-        from langchain.agents import create_agent
         from langchain_core.tools import BaseTool
 
-        from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardMiddleware, guard_tools
         from loop_guard.testing import ScriptedChatModel, stubborn
-        from tests.support.agents import ToolRuns, build_graph, make_tools
+        from tests.support.agents import ToolRuns, guarded_agent, make_tools
 
         self.mode = mode
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -105,31 +102,11 @@ class Worker:
         self.runs = ToolRuns()
         self.model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
         tools: list[BaseTool] = make_tools(self.runs)
-        self.callbacks: list[Any] = []
-        pause = ["tools"]
-        if face == "agent":
-            self.agent: Any = create_agent(
-                self.model,
-                tools,
-                middleware=[LoopGuardMiddleware()],
-                checkpointer=checkpointer,
-                interrupt_before=pause,
-            )
-        elif face == "graph":
-            self.agent = build_graph(
-                self.model, tools, LoopGuard(), checkpointer=checkpointer, interrupt_before=pause
-            )
-        elif face == "handler":
-            guard = LoopGuard()
-            self.callbacks = [LoopGuardCallbackHandler(guard)]
-            self.agent = create_agent(
-                self.model,
-                guard_tools(tools, guard),
-                checkpointer=checkpointer,
-                interrupt_before=pause,
-            )
-        else:
-            raise ValueError(f"unknown face {face!r}")
+        self.agent: Any
+        self.agent, extra = guarded_agent(
+            face, self.model, tools, checkpointer=checkpointer, interrupt_before=["tools"]
+        )
+        self.callbacks: list[Any] = extra.get("callbacks", [])
 
     def serve(self, command: dict[str, Any]) -> dict[str, Any]:
         """Run one command on its thread; what the thread looks like afterwards."""
