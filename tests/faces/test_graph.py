@@ -35,7 +35,14 @@ from loop_guard import (
     Result,
     guard_tools,
 )
-from loop_guard.testing import ScriptedChatModel, obedient, sequence, stubborn, tool_calls_message
+from loop_guard.testing import (
+    ScriptedChatModel,
+    capture_events,
+    obedient,
+    sequence,
+    stubborn,
+    tool_calls_message,
+)
 from tests.support.agents import (
     MODES,
     Mode,
@@ -238,13 +245,12 @@ def test_many_conversations_on_one_guard_in_threads_and_event_loops() -> None:
 @pytest.mark.parametrize("mode", ["invoke", pytest.param("ainvoke", marks=needs_async_context)])
 def test_create_agent_with_wrapped_tools_and_the_handler(mode: Mode) -> None:
     """Blocks reach the model as error results; the abort stops the next model call."""
-    events: list[GuardEvent] = []
-    guard = LoopGuard(on_event=events.append)
+    guard = LoopGuard()
     runs = ToolRuns()
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
     agent = create_agent(model, guard_tools(make_tools(runs), guard), checkpointer=InMemorySaver())
     config = {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]}
-    with pytest.raises(LoopGuardAbort) as raised:
+    with capture_events(guard) as events, pytest.raises(LoopGuardAbort) as raised:
         run(agent, ask(), config, mode)
     assert raised.value.stop.kind == "abort"
     assert runs.counts["read_file"] == 4
@@ -270,27 +276,26 @@ def test_wrapped_tools_alone_stop_at_the_next_call_after_the_abort() -> None:
 
 def test_handler_alone_observes_and_emits_events() -> None:
     """The handler by itself counts steps (warn events) but blocks nothing."""
-    events: list[GuardEvent] = []
-    guard = LoopGuard(on_event=events.append)
+    guard = LoopGuard()
     runs = ToolRuns()
     model = ScriptedChatModel(script=sequence(*[[READ_NOTES]] * 4))
     agent = create_agent(model, make_tools(runs), checkpointer=InMemorySaver())
-    agent.invoke(ask(), {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]})
+    with capture_events(guard) as events:
+        agent.invoke(ask(), {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]})
     assert runs.counts["read_file"] == 4
     assert [(e.kind, e.streak, e.conversation) for e in events] == [("warn", 3, "t1")]
 
 
 def test_handler_wrapper_and_node_together_count_each_step_once() -> None:
     """All three pieces combined: every event exactly once."""
-    events: list[GuardEvent] = []
-    guard = LoopGuard(on_event=events.append)
+    guard = LoopGuard()
     runs = ToolRuns()
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
     graph = build_graph(model, make_tools(runs), guard, checkpointer=InMemorySaver())
     config = {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]}
     for mode in ("invoke", "astream"):
-        events.clear()
-        messages = run(graph, ask(), config, mode)  # type: ignore[arg-type]
+        with capture_events(guard) as events:
+            messages = run(graph, ask(), config, mode)  # type: ignore[arg-type]
         assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
         assert final_stop(messages) is not None
     assert runs.counts["read_file"] == 8
@@ -298,11 +303,11 @@ def test_handler_wrapper_and_node_together_count_each_step_once() -> None:
 
 def test_handler_without_a_thread_keys_the_run() -> None:
     """Outside a thread the handler's conversation is the top-level run, freed at its end."""
-    events: list[GuardEvent] = []
-    guard = LoopGuard(on_event=events.append)
+    guard = LoopGuard()
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
     graph = build_graph(model, make_tools(ToolRuns()), guard)
-    graph.invoke(ask(), {"callbacks": [LoopGuardCallbackHandler(guard)]})
+    with capture_events(guard) as events:
+        graph.invoke(ask(), {"callbacks": [LoopGuardCallbackHandler(guard)]})
     assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
     assert {e.conversation for e in events} == {events[0].conversation}
     assert events[0].conversation.startswith("run:")

@@ -21,7 +21,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from loop_guard import GuardEvent, LoopGuardAbort, LoopGuardConfig, LoopGuardMiddleware
-from loop_guard.testing import ScriptedChatModel, obedient, sequence, stubborn, tool_calls_message
+from loop_guard.testing import (
+    ScriptedChatModel,
+    capture_events,
+    obedient,
+    sequence,
+    stubborn,
+    tool_calls_message,
+)
 from tests.support.agents import (
     MODES,
     Mode,
@@ -545,8 +552,7 @@ def test_a_model_call_run_again_by_other_middleware_publishes_each_decision_once
     decided again, and published once (SPEC §5). Before: `stats.warnings == 2`."""
     from langchain.agents.middleware import ModelFallbackMiddleware, ModelRetryMiddleware
 
-    events: list[GuardEvent] = []
-    guard = LoopGuardMiddleware(on_event=events.append)
+    guard = LoopGuardMiddleware()
     steered = lambda messages: any(m.name == "loop_guard" for m in messages)  # noqa: E731
     model = ScriptedChatModel(script=_failing(obedient(READ_NOTES), _once(steered)))
     again: Any = (
@@ -557,7 +563,8 @@ def test_a_model_call_run_again_by_other_middleware_publishes_each_decision_once
     agent = create_agent(
         model, make_tools(ToolRuns()), middleware=[again, guard], checkpointer=InMemorySaver()
     )
-    messages = agent.invoke(ask(), THREAD)["messages"]
+    with capture_events(guard.guard) as events:
+        messages = agent.invoke(ask(), THREAD)["messages"]
     assert_valid_history(messages)
     assert len(steers(messages)) == 1
     assert [e.kind for e in events] == ["warn"]
@@ -588,8 +595,7 @@ def test_a_failed_re_ask_under_model_retry_ends_with_the_guard_stop(mode: Mode, 
             replies.append(response.result[-1])
             return response
 
-    events: list[GuardEvent] = []
-    guard = LoopGuardMiddleware(on_event=events.append)
+    guard = LoopGuardMiddleware()
     picks = _every_other_call if fails == "every other call" else _re_asks()
     model = ScriptedChatModel(script=_failing(stubborn(READ_NOTES), picks))
     retry = ModelRetryMiddleware(max_retries=3, initial_delay=0, jitter=False)
@@ -597,7 +603,8 @@ def test_a_failed_re_ask_under_model_retry_ends_with_the_guard_stop(mode: Mode, 
     agent = create_agent(
         model, make_tools(runs), middleware=[Outer(), retry, guard], checkpointer=InMemorySaver()
     )
-    messages = run(agent, ask(), THREAD, mode)
+    with capture_events(guard.guard) as events:
+        messages = run(agent, ask(), THREAD, mode)
     assert_valid_history(messages)
     # One model turn per step, its result ending with the model's reply (the refusals
     # of a failed re-ask follow it in the command).
@@ -623,8 +630,7 @@ def test_a_failed_re_ask_under_model_fallback_ends_with_the_guard_stop(mode: Mod
     fallback model, whose own re-ask failed, and the run died with the exception."""
     from langchain.agents.middleware import ModelFallbackMiddleware
 
-    events: list[GuardEvent] = []
-    guard = LoopGuardMiddleware(on_event=events.append)
+    guard = LoopGuardMiddleware()
     model = ScriptedChatModel(script=_failing(stubborn(READ_NOTES), _re_asks()))
     fallback = ScriptedChatModel(script=_failing(stubborn(READ_NOTES), _re_asks()))
     agent = create_agent(
@@ -633,7 +639,8 @@ def test_a_failed_re_ask_under_model_fallback_ends_with_the_guard_stop(mode: Mod
         middleware=[ModelFallbackMiddleware(fallback), guard],
         checkpointer=InMemorySaver(),
     )
-    messages = run(agent, ask(), THREAD, mode)
+    with capture_events(guard.guard) as events:
+        messages = run(agent, ask(), THREAD, mode)
     assert_valid_history(messages)
     assert final_stop(messages) is not None
     assert len(blocked(messages)) == 3

@@ -31,7 +31,7 @@ from loop_guard import (
 )
 from loop_guard._fingerprint import args_fingerprint, result_fingerprint
 from loop_guard._history import replay
-from loop_guard.testing import ScriptedChatModel, sequence, stubborn
+from loop_guard.testing import ScriptedChatModel, capture_events, sequence, stubborn
 from tests.support.agents import (
     ToolRuns,
     ask,
@@ -363,20 +363,25 @@ def test_a_cancelled_tool_is_no_result_but_its_own_timeout_is(handler: bool) -> 
     times_out.handle_tool_error = failing.handle_tool_error = True
 
     def decisions(runner: Any) -> list[str]:
-        events: list[GuardEvent] = []
-        guard = LoopGuard(on_event=events.append)
+        guard = LoopGuard()
         [wrapped] = guard_tools([runner], guard)
-        for n in range(5):
-            call = {"name": runner.name, "args": {"job": "a"}, "id": f"c{n}", "type": "tool_call"}
-            config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
-            if handler:
-                config["callbacks"] = [LoopGuardCallbackHandler(guard)]
+        with capture_events(guard) as events:
+            for n in range(5):
+                call = {
+                    "name": runner.name,
+                    "args": {"job": "a"},
+                    "id": f"c{n}",
+                    "type": "tool_call",
+                }
+                config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+                if handler:
+                    config["callbacks"] = [LoopGuardCallbackHandler(guard)]
 
-            async def attempt(call: Any = call, config: Any = config) -> None:
-                await asyncio.wait_for(wrapped.ainvoke(call, config), timeout=0.05)
+                async def attempt(call: Any = call, config: Any = config) -> None:
+                    await asyncio.wait_for(wrapped.ainvoke(call, config), timeout=0.05)
 
-            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                asyncio.run(attempt())
+                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                    asyncio.run(attempt())
         return [e.kind for e in events]
 
     assert decisions(slow) == []
