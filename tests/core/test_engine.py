@@ -354,6 +354,7 @@ def test_recording_a_result_twice_counts_once() -> None:
     assert isinstance(session.check_call(Call.of("read", {"path": "a"})), Block)
 
 
+@pytest.mark.memory
 def test_conversations_beyond_the_limit_are_forgotten() -> None:
     """Memory stays bounded: the least recently used conversation is evicted."""
     guard = LoopGuard(max_conversations=2)
@@ -419,6 +420,7 @@ def test_a_snapshot_keeps_its_cycle_runs_when_cycles_are_not_detected() -> None:
     assert session.snapshot()["runs"] == [1, 0, 0]
 
 
+@pytest.mark.memory
 def test_the_deprecated_guard_methods_warn_and_still_work() -> None:
     """Each old way in names the session method to call instead, and does what it did."""
     guard = LoopGuard(warn_threshold=2, block_threshold=3)

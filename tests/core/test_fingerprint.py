@@ -18,9 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loop_guard import _fingerprint
+from loop_guard import Call, _fingerprint
 from loop_guard._fingerprint import args_fingerprint, result_fingerprint
-from loop_guard._values import Call
 
 # Keys as a model may send them, tag lookalikes and `$`-escaped lookalikes included.
 _json_keys = (
@@ -49,6 +48,9 @@ def _reordered(value: Any) -> Any:
     return value
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 @given(json_values)
 def test_key_order_never_matters_at_any_depth(value: Any) -> None:
     """Reversing the key order of every nested dict gives the same fingerprint."""
@@ -84,6 +86,9 @@ def _tag_keys(value: Any) -> list[str]:
     return []
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 @given(json_values)
 def test_plain_json_fingerprint_is_canonical_json(value: Any) -> None:
     """For JSON values the fingerprint is sorted, compact JSON of the same value (with
@@ -96,6 +101,9 @@ def test_plain_json_fingerprint_is_canonical_json(value: Any) -> None:
     assert text == json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 def test_integral_float_equals_int() -> None:
     """1.0 and 1 are the same argument, as in JavaScript; 1.5 is not."""
     assert args_fingerprint({"n": 1.0}) == args_fingerprint({"n": 1})
@@ -103,6 +111,9 @@ def test_integral_float_equals_int() -> None:
     assert args_fingerprint({"n": 1.5}) != args_fingerprint({"n": 1})
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 def test_strings_never_collide_with_numbers_or_tags() -> None:
     """ "1" is not 1, and a string that looks like a tag is still a string."""
     assert args_fingerprint({"n": "1"}) != args_fingerprint({"n": 1})
@@ -183,6 +194,9 @@ _TYPED = [
 ]  # Not `$deep`: below MAX_DEPTH every value is the marker, a lookalike too.
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 @pytest.mark.parametrize("typed", _TYPED, ids=lambda value: type(value).__name__)
 def test_plain_json_never_spells_a_tagged_value(typed: Any) -> None:
     """`{"$bytes": "aGk="}` sent as JSON is not `b"hi"`; likewise for every tag, nested too."""
@@ -191,6 +205,9 @@ def test_plain_json_never_spells_a_tagged_value(typed: Any) -> None:
     assert args_fingerprint({"x": [lookalike]}) != args_fingerprint({"x": [typed]})
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 def test_the_reported_lookalikes_are_different_args() -> None:
     assert args_fingerprint({"$bytes": "aGk="}) != args_fingerprint(b"hi")
     assert args_fingerprint({"$set": [1, 2]}) != args_fingerprint({1, 2})
@@ -212,6 +229,9 @@ _typed_values = (
 )
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 @given(_typed_values, json_values)
 def test_typed_values_and_their_lookalikes_never_collide(typed: Any, around: Any) -> None:
     """Wherever it sits, a typed value and the JSON that spells its encoding differ."""
@@ -258,6 +278,9 @@ def test_fingerprints_of_args_without_dollar_keys_are_unchanged(args: Any, diges
     assert Call.of("tool", args).fingerprint == digest
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
@@ -286,6 +309,9 @@ def test_non_json_values_have_a_documented_encoding(value: Any, expected: str) -
     assert args_fingerprint(value) == args_fingerprint(value)
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 def test_arbitrary_objects_are_encoded_without_memory_addresses() -> None:
     """Two equal-looking objects get the same fingerprint: no `at 0x...` in it."""
     first, second = args_fingerprint(object()), args_fingerprint(object())
@@ -294,12 +320,18 @@ def test_arbitrary_objects_are_encoded_without_memory_addresses() -> None:
     assert "Opaque" in args_fingerprint(Opaque(1))
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 def test_objects_whose_repr_and_eq_raise_are_encoded() -> None:
     """A hostile object never makes the guard raise."""
     assert "unrepresentable" in args_fingerprint({"x": BrokenRepr()})
     assert args_fingerprint({BrokenRepr()}) == args_fingerprint({BrokenRepr()})
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 def test_cyclic_structures_do_not_crash_or_hang() -> None:
     """A dict or list that contains itself is encoded with a cycle marker."""
     looped: dict[str, Any] = {"a": 1}
@@ -310,12 +342,18 @@ def test_cyclic_structures_do_not_crash_or_hang() -> None:
     assert args_fingerprint(items) == '[1,{"$cycle":true}]'
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 def test_shared_but_acyclic_references_are_not_cycles() -> None:
     """The same list used twice side by side is encoded in full both times."""
     shared = [1, 2]
     assert args_fingerprint({"a": shared, "b": shared}) == '{"a":[1,2],"b":[1,2]}'
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 def test_very_deep_nesting_is_bounded() -> None:
     """10,000 levels of nesting neither recurse out of the stack nor grow the output."""
     deep: list[Any] = []
@@ -389,18 +427,27 @@ any_values = st.recursive(
 )
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 @given(any_values)
 def test_fast_path_is_byte_identical_to_the_reference_encoder(value: Any) -> None:
     """Plain JSON goes through C `json`; every value still gets the reference's exact text."""
     assert args_fingerprint(value) == _fingerprint._canonical_slow(value)
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 @given(st.floats())
 def test_every_float_is_encoded_as_the_reference_does(number: float) -> None:
     """The fast path's one-step float check: integral, NaN, ±inf, -0.0 and subnormals."""
     assert args_fingerprint([number]) == _fingerprint._canonical_slow([number])
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 @pytest.mark.parametrize("levels", [99, 100, 101, 102])
 @pytest.mark.parametrize("container", [list, dict])
 def test_fast_path_agrees_at_the_depth_limit(levels: int, container: type) -> None:
@@ -423,6 +470,9 @@ def _slow_calls(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return calls
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 def test_plain_json_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """A table of records never reaches the Python encoder (the case benchmark 1 measures)."""
     calls = _slow_calls(monkeypatch)
@@ -431,6 +481,9 @@ def test_plain_json_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None
     assert calls == []
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 @pytest.mark.parametrize(
     "value",
     [{"n": 1.0}, [math.inf], {1: "a"}, {"n": Level.HIGH}, [Label("a")], OrderedDict(a=1), Pair()],
@@ -444,11 +497,15 @@ def test_values_c_json_writes_its_own_way_take_the_slow_path(
     assert calls == [value]
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 def test_an_int_past_the_str_digit_limit_takes_the_slow_path() -> None:
     """C `json` raises on it (the pre-check does not look at ints); the slow path tags it."""
     assert args_fingerprint([10**4300]) == '[{"$int":"' + format(10**4300, "x") + '"}]'
 
 
+@pytest.mark.internals(reason="a result's hash on its own; Result.of shows it only inside a Result")
 def test_result_fingerprint_is_sha256_hex() -> None:
     """A full 64-hex-digit SHA-256, never truncated."""
     digest = result_fingerprint("hello")
@@ -456,12 +513,14 @@ def test_result_fingerprint_is_sha256_hex() -> None:
     int(digest, 16)
 
 
+@pytest.mark.internals(reason="a result's hash on its own; Result.of shows it only inside a Result")
 def test_result_text_and_text_blocks_are_the_same_result() -> None:
     """A plain string and the same text as one content block are the same result."""
     assert result_fingerprint("abc") == result_fingerprint([{"type": "text", "text": "abc"}])
     assert result_fingerprint("abc") != result_fingerprint("abd")
 
 
+@pytest.mark.internals(reason="a result's hash on its own; Result.of shows it only inside a Result")
 def test_block_boundaries_are_part_of_the_result() -> None:
     """["ab"] and ["a", "b"] differ: blocks are length-prefixed."""
     one = [{"type": "text", "text": "ab"}]
@@ -469,6 +528,7 @@ def test_block_boundaries_are_part_of_the_result() -> None:
     assert result_fingerprint(one) != result_fingerprint(two)
 
 
+@pytest.mark.internals(reason="a result's hash on its own; Result.of shows it only inside a Result")
 @pytest.mark.parametrize(
     ("first", "second"),
     [
@@ -497,18 +557,21 @@ def test_different_images_with_the_same_caption_are_different_results(
     assert result_fingerprint([caption, first]) == result_fingerprint([caption, dict(first)])
 
 
+@pytest.mark.internals(reason="a result's hash on its own; Result.of shows it only inside a Result")
 def test_non_string_results_are_hashed_through_canonical_json() -> None:
     """Dict results compare by content, not key order."""
     assert result_fingerprint({"a": 1, "b": 2}) == result_fingerprint({"b": 2, "a": 1})
     assert result_fingerprint(None) != result_fingerprint("null ")
 
 
+@pytest.mark.internals(reason="a result's hash on its own; Result.of shows it only inside a Result")
 def test_lone_surrogates_and_odd_text_do_not_crash() -> None:
     """Text that is not valid UTF-8 still hashes deterministically."""
     assert result_fingerprint("\ud800x") == result_fingerprint("\ud800x")
     assert result_fingerprint("\ud800x") != result_fingerprint("\ud801x")
 
 
+@pytest.mark.internals(reason="a result's hash on its own; Result.of shows it only inside a Result")
 def test_a_large_result_is_hashed_without_a_second_full_copy() -> None:
     """Hashing a 20 MB string allocates far less than the string itself."""
     text = "x" * 20_000_000

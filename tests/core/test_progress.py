@@ -12,10 +12,8 @@ from typing import Any
 import pytest
 from langchain_core.messages import ToolMessage
 
-from loop_guard import LoopGuard, LoopGuardConfig, ToolPolicy
+from loop_guard import Call, LoopGuard, LoopGuardConfig, Proceed, ToolPolicy
 from loop_guard._langchain import result_of
-from loop_guard._state import RequestState
-from loop_guard._values import Call, Proceed
 
 THREAD = "t"
 
@@ -54,6 +52,9 @@ def sent(n: int) -> str:
     return json.dumps({"ok": True, "messageId": f"{n:016x}", "receipt": receipt, "ts": n})
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_a_message_sent_again_with_fresh_ids_is_a_near_repeat() -> None:
     """Steered and blocked `near_repeat_patience` calls later than exact repeats."""
     agent = Agent()
@@ -63,6 +64,9 @@ def test_a_message_sent_again_with_fresh_ids_is_a_near_repeat() -> None:
     assert verdicts[6] == "Block"
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_an_exact_repeat_of_a_result_with_fresh_values_is_judged_at_once() -> None:
     """Masked or not, an identical result is an exact repeat: never later than Pi."""
     agent = Agent()
@@ -71,6 +75,9 @@ def test_an_exact_repeat_of_a_result_with_fresh_values_is_judged_at_once() -> No
     assert agent.kinds == [(3, "warn", "repeat"), (5, "block", "repeat")]
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_progress_and_a_changed_identity_are_never_near_repeats() -> None:
     agent = Agent()
     for n in range(12):
@@ -79,6 +86,9 @@ def test_progress_and_a_changed_identity_are_never_near_repeats() -> None:
     assert agent.kinds == []
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 @pytest.mark.parametrize("options", [{"fresh_results": False}, {"near_repeat_patience": 0}])
 def test_near_repeats_can_be_turned_off_or_judged_as_exact(options: dict[str, Any]) -> None:
     agent, exact = Agent(**options), Agent(**options)
@@ -89,6 +99,9 @@ def test_near_repeats_can_be_turned_off_or_judged_as_exact(options: dict[str, An
     assert agent.kinds == expected
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_a_tool_policy_turns_fresh_masking_off_for_one_tool() -> None:
     agent = Agent(tools={"send": ToolPolicy(fresh=False)})
     for n in range(6):
@@ -96,6 +109,9 @@ def test_a_tool_policy_turns_fresh_masking_off_for_one_tool() -> None:
     assert agent.kinds == []
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_an_error_is_compared_with_the_arguments_it_quotes_masked() -> None:
     message = ToolMessage("Plan P1006 not found", tool_call_id="c", status="error")
     other = ToolMessage("Plan P1007 not found", tool_call_id="c", status="error")
@@ -108,6 +124,9 @@ def test_an_error_is_compared_with_the_arguments_it_quotes_masked() -> None:
     assert result_of(success, args={"plan_id": "P1006"}).variant == ""  # results keep theirs
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_an_error_naming_each_input_is_steered_once_and_never_refused() -> None:
     agent = Agent()
     verdicts = [
@@ -120,6 +139,9 @@ def test_an_error_naming_each_input_is_steered_once_and_never_refused() -> None:
     assert agent.kinds == [(4, "warn", "same_error")]
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_a_broken_tool_with_one_error_for_every_input_is_still_refused() -> None:
     agent = Agent()
     verdicts = [
@@ -130,6 +152,9 @@ def test_a_broken_tool_with_one_error_for_every_input_is_still_refused() -> None
     assert ("abort", None) in [(kind, reason) for _, kind, reason in agent.kinds]
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 @pytest.mark.parametrize("shell", ["bash", "run_shell_command", "exec"])
 def test_a_sweep_of_shell_commands_exiting_1_is_steered_once_at_most(shell: str) -> None:
     agent = Agent()
@@ -141,6 +166,9 @@ def test_a_sweep_of_shell_commands_exiting_1_is_steered_once_at_most(shell: str)
     assert agent.kinds == [(4, "warn", "same_error")]
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_a_policy_decides_whether_a_tool_is_a_shell() -> None:
     agent = Agent(tools={"bash": ToolPolicy(shell=False)})
     verdicts = [
@@ -149,6 +177,9 @@ def test_a_policy_decides_whether_a_tool_is_a_shell() -> None:
     assert "Block" in verdicts
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_an_error_reported_in_the_text_is_an_error_result() -> None:
     """ "Error: ..." returned instead of raised: the same-error detector sees it."""
     agent = Agent()
@@ -158,6 +189,9 @@ def test_an_error_reported_in_the_text_is_an_error_result() -> None:
     assert result_of(ToolMessage("No errors found", tool_call_id="c")).is_error is False
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 @pytest.mark.parametrize("period", [5, 6])
 def test_a_cycle_of_up_to_six_calls_is_steered_by_its_third_lap(period: int) -> None:
     agent = Agent()
@@ -168,6 +202,9 @@ def test_a_cycle_of_up_to_six_calls_is_steered_by_its_third_lap(period: int) -> 
     assert "block" in [kind for _, kind, _ in agent.kinds]
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_the_same_call_once_per_user_turn_is_one_rule_whatever_came_between() -> None:
     """Three turns that each made the same call: steered in the third, with or without
     other calls between; two turns are not enough (a user asking again)."""
@@ -188,6 +225,9 @@ def test_the_same_call_once_per_user_turn_is_one_rule_whatever_came_between() ->
     assert twice.kinds == []
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_a_change_between_user_turns_makes_the_check_new() -> None:
     agent = Agent()
     for turn in range(4):
@@ -197,17 +237,22 @@ def test_a_change_between_user_turns_makes_the_check_new() -> None:
     assert agent.kinds == []
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_what_the_turns_remember_survives_a_snapshot() -> None:
-    engine = LoopGuard().engine
-    state = RequestState(request_id="r0")
+    guard = LoopGuard()
+    snapshot: dict[str, Any] = {}  # the caller keeps the state, through JSON at every turn
     for turn in range(3):
-        state = engine.start_request(state, f"r{turn}")
+        session = guard.session(THREAD, snapshot)
+        session.start_request(f"r{turn}")
         call = Call.of("get_balance", {}, id=f"c{turn}")
-        state, _, _ = engine.check_call(state, call)
-        state, _ = engine.record_result(state, call, result_of(ToolMessage("42", tool_call_id="c")))
-        state = RequestState.from_dict(json.loads(json.dumps(state.to_dict())))
-    assert state.steer is not None
-    assert state.steer.reason == "interleaved"
+        session.check_call(call)
+        session.record_result(call, result_of(ToolMessage("42", tool_call_id="c")))
+        snapshot = json.loads(json.dumps(session.snapshot()))
+    steer = guard.session(THREAD, snapshot).take_steer()
+    assert steer is not None
+    assert steer.reason == "interleaved"
 
 
 def test_the_configuration_checks_its_new_fields() -> None:

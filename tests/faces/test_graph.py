@@ -301,6 +301,7 @@ def test_handler_wrapper_and_node_together_count_each_step_once() -> None:
     assert runs.counts["read_file"] == 8
 
 
+@pytest.mark.memory
 def test_handler_without_a_thread_keys_the_run() -> None:
     """Outside a thread the handler's conversation is the top-level run, freed at its end."""
     guard = LoopGuard()
@@ -368,6 +369,7 @@ def test_a_state_with_its_own_messages_key() -> None:
         assert len(blocked(current_request(chat))) == 3
 
 
+@pytest.mark.memory
 def test_the_handler_keeps_a_thread_across_its_runs_and_frees_a_run_outside_one() -> None:
     """A thread's state outlives the run (a resume keeps what a trimmed history lost),
     one entry per thread; the next request on the thread still starts fresh. A run
@@ -388,6 +390,7 @@ def test_the_handler_keeps_a_thread_across_its_runs_and_frees_a_run_outside_one(
         assert len(blocked(current_request(messages))) == 3
 
 
+@pytest.mark.internals(reason="how a face finds a conversation's session from its history")
 def test_memory_proves_it_is_current_before_it_is_used() -> None:
     """The state held is checked against the history at every look: kept when it has
     seen the newest response and nothing after it is news; caught up when another guard
@@ -442,6 +445,7 @@ def test_memory_proves_it_is_current_before_it_is_used() -> None:
     assert kept["t"].streak == 0
 
 
+@pytest.mark.internals(reason="counts the fingerprint functions' calls by patching them")
 @pytest.mark.parametrize("dedupe", [False, True])
 def test_a_wide_batch_is_fingerprinted_in_linear_time(
     monkeypatch: pytest.MonkeyPatch, dedupe: bool
@@ -741,6 +745,7 @@ def test_a_long_request_without_a_thread_costs_the_same_per_step(face: str, mode
     assert max(short[1:]) < 60
 
 
+@pytest.mark.internals(reason="the remembered request start the history reader keeps")
 def test_a_remembered_request_start_proves_it_holds_before_it_is_used() -> None:
     """The start of a thread-less request, remembered by its history's last message, is
     used only while that message and the request's first message are where they were:

@@ -126,6 +126,7 @@ def test_counters_through_the_graph() -> None:
     assert stats.calls >= 7
 
 
+@pytest.mark.internals(reason="the custom-event sink itself")
 def test_the_engine_alone_dispatches_nothing_and_does_not_fail() -> None:
     """Outside a LangChain run there is no custom event to dispatch; nothing breaks."""
     from loop_guard import Call, Result

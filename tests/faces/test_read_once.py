@@ -63,6 +63,7 @@ def _agent(face: str) -> tuple[Any, dict[str, Any]]:
     return graph, {**config, **handler} if face == "tools+node+handler" else config
 
 
+@pytest.mark.internals(reason="counts the fingerprint functions' calls by patching them")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(
     "face", ["middleware", "tools+node", "tools+node+handler", "tools+handler"]
@@ -76,6 +77,7 @@ def test_every_call_is_fingerprinted_and_every_result_hashed_once(
     assert reads == {"args_fingerprint": STEPS * WIDTH, "result_fingerprint": STEPS * WIDTH}
 
 
+@pytest.mark.internals(reason="the per-message cache of a response's calls")
 def test_a_response_whose_calls_were_replaced_is_read_again() -> None:
     """Human approval edits a response by giving it new tool calls: the calls read before
     are not reused for it."""

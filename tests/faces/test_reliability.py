@@ -54,6 +54,9 @@ class Detached:
         raise RuntimeError(f"detached instance: {name}")
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 @pytest.mark.parametrize(
     "value",
     [Detached(), 10**5000, {"n": 10**5000}, [Detached()], {"x": float("nan")}],
@@ -138,6 +141,7 @@ def test_a_fault_of_the_guard_fails_open_for_that_event_only(
     assert_valid_history(messages)
 
 
+@pytest.mark.internals(reason="the history replay a fresh guard rebuilds its state with")
 def test_replay_counts_the_result_not_the_steer_appended_to_it() -> None:
     """A steered tool result keeps its original fingerprint for replays after a restart."""
     guard = LoopGuard()
@@ -244,6 +248,9 @@ hostile = st.recursive(
 )
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 @settings(max_examples=300, deadline=None)
 @given(args=hostile, result=hostile, is_error=st.booleans())
 def test_arbitrary_values_never_make_the_guard_raise(
@@ -259,6 +266,9 @@ def test_arbitrary_values_never_make_the_guard_raise(
             session.record_result(call, Result.of(result, is_error=is_error))
 
 
+@pytest.mark.internals(
+    reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
+)
 def test_numpy_arrays_compare_by_content() -> None:
     """Arrays are encoded through tolist(): equal content is the same argument."""
     np = pytest.importorskip("numpy")

@@ -15,6 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE
 
 from loop_guard import (
+    GUARD_NAME,
     LoopGuard,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
@@ -22,7 +23,7 @@ from loop_guard import (
     guard_tools,
 )
 from loop_guard._langchain import RESULT_KEY, result_of, result_record
-from loop_guard._messages import GUARD_NAME, unknown_tool_steer_text
+from loop_guard._messages import unknown_tool_steer_text
 from loop_guard.testing import ScriptedChatModel, sequence, stubborn
 from tests.support.agents import Mode, assert_valid_history, build_graph, final_stop, run, steers
 
@@ -125,6 +126,9 @@ def test_a_tool_error_quoting_the_tool_node_is_not_a_missing_tool(face: Face, mo
     assert_valid_history(messages)
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_only_a_name_none_of_the_tools_have_is_a_missing_tool() -> None:
     message = ToolMessage(HOSTILE, tool_call_id="1", name="fetch", status="error")
     assert result_of(message, (), {"fetch", "read_file"}).available_tools is None
@@ -141,6 +145,7 @@ def test_only_a_name_none_of_the_tools_have_is_a_missing_tool() -> None:
 MADE_UP = "open_file` now. " + ATTACK + " `" + "x" * 200
 
 
+@pytest.mark.internals(reason="the exact text of the missing-tool steer")
 def test_a_made_up_tool_name_is_quoted_as_data_and_bounded() -> None:
     text = unknown_tool_steer_text(MADE_UP, tuple(f"tool{n}" for n in range(50)), 3)
     assert MADE_UP not in text
@@ -207,6 +212,9 @@ def test_a_page_that_says_error_never_gets_a_legitimate_call_refused(
     assert_valid_history(messages)
 
 
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_an_error_the_text_reports_reads_back_alike_from_a_steered_result() -> None:
     """A steered result keeps what the tool returned: read back from the history, an error
     its text reported is the same result, error and weak evidence both."""

@@ -159,6 +159,7 @@ def test_a_retried_original_shares_its_retry() -> None:
     assert all(str(m.content).endswith("page body") for m in results)
 
 
+@pytest.mark.internals(reason="the run identical siblings share")
 def test_cancelling_one_sibling_leaves_the_others_their_result() -> None:
     from loop_guard import Call
     from loop_guard._faces import ashared_run

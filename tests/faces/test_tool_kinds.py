@@ -20,7 +20,6 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from loop_guard import LoopGuard, LoopGuardAbort, guard_tools
-from loop_guard._langchain import STATE_KEY
 from loop_guard.testing import ScriptedChatModel
 from tests.support.agents import ToolRuns
 
@@ -179,6 +178,9 @@ async def run(graph: Any, mode: str, config: Any = None) -> dict[str, Any]:
     if mode == "invoke":
         return graph.invoke(payload, config)
     return await graph.ainvoke(payload, config)
+
+
+STATE_KEY = "loop_guard_state"  # README: the record in `response_metadata`
 
 
 def without_ids(state: dict[str, Any]) -> dict[str, Any]:

@@ -128,6 +128,7 @@ def test_a_trimmed_history_with_approval_pauses_is_stopped_as_one_run(
     assert_valid_history(outcome)
 
 
+@pytest.mark.internals(reason="how a face finds a conversation's session from its history")
 @pytest.mark.parametrize(
     "record",
     [{"request_id": None, "recent": [[1]]}, {"request_id": None, "streak": "many"}, "text"],
