@@ -170,9 +170,10 @@ def test_bad_guard_arguments_raise() -> None:
 def test_a_misspelt_variable_is_named_once_with_the_closest_setting(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """`LOOP_GUARD_WARN_TRESHOLD` was ignored without a word; now one warning per process
-    names it and the setting meant, however many guards are built. A variable like no
-    setting (a project's own `LOOP_GUARD_EXAMPLE_MODEL`) is left alone."""
+    """A misspelt variable (`LOOP_GUARD_WARN_TRESHOLD`) is never ignored without a word:
+    one warning per process names it and the setting meant, however many guards are
+    built. A variable like no setting (a project's own `LOOP_GUARD_EXAMPLE_MODEL`) is left
+    alone."""
     from loop_guard import LoopGuardMiddleware
 
     monkeypatch.setattr(_config, "_warned_misspelt", set(), raising=False)

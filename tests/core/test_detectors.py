@@ -234,7 +234,7 @@ def test_a_plain_run_across_a_user_message_starts_a_fresh_streak() -> None:
 
 
 def read_then_grep(agent: Agent, rounds: int) -> list[str]:
-    """The issue's shape: a failing read between distinct diagnostics; the reads' verdicts."""
+    """A failing read between distinct diagnostics, `rounds` times; the reads' verdicts."""
     verdicts = []
     for n in range(rounds):
         verdicts.append(agent.step("read", {"path": "ROADMAP.md"}, "ENOENT", error=True))
@@ -783,7 +783,7 @@ def test_a_snapshot_from_before_the_backstop_resumes() -> None:
     )
 
 
-# Found in review ------------------------------------------------------------------------
+# Edges: a return to a repeat, other settings, tools that appear, odd variables --------------------
 
 
 def test_returning_to_an_interleaved_repeat_never_leads_to_a_block() -> None:

@@ -55,7 +55,7 @@ def design_card_graph(
     return builder.compile(checkpointer=InMemorySaver())
 
 
-# 1. The design card's composition --------------------------------------------------------
+# The steer's delivery, with a node and without ----------------------------------------------------
 
 
 def test_with_a_node_the_steer_is_a_message_of_its_own_by_default() -> None:
@@ -82,7 +82,7 @@ def test_without_a_node_the_steer_rides_on_the_tool_result() -> None:
     assert steers(messages) == []
 
 
-# 2. stream_mode="custom" ---------------------------------------------------------------------
+# LangGraph's custom stream (stream_mode="custom") -------------------------------------------------
 
 
 def guard_events_on_the_custom_stream(agent: Any, config: Any) -> list[dict[str, Any]]:
@@ -122,7 +122,7 @@ def test_every_event_reaches_the_custom_stream_once_as_json(face: str) -> None:
     assert events[0]["conversation"] == "t"
 
 
-# 5. What guard_tools accepts ------------------------------------------------------------------
+# What guard_tools accepts -------------------------------------------------------------------------
 
 
 def test_plain_functions_and_provider_tools_are_accepted() -> None:
@@ -163,7 +163,7 @@ def test_anything_else_is_a_type_error_that_says_what_was_expected(
         guard_tools(tools(), guard())
 
 
-# 6. Silent misconfiguration ----------------------------------------------------------------
+# Misconfiguration that would be silent fails loudly -----------------------------------------------
 
 
 def test_a_node_routing_to_a_missing_node_fails_at_the_first_run() -> None:
@@ -185,7 +185,7 @@ def test_destinations_that_name_a_missing_node_fail_at_compile() -> None:
         )
 
 
-# 8. Smaller frictions ---------------------------------------------------------------------------
+# A stop ends a run cleanly and quietly ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
@@ -210,7 +210,7 @@ def test_the_stop_message_ends_a_graph_run_cleanly() -> None:
     assert_valid_history(messages)
 
 
-# Found in review ---------------------------------------------------------------------------
+# A guard shared by two faces, and the edges of each face ------------------------------------------
 
 
 def test_a_guard_shared_with_a_graph_still_steers_a_create_agent_through_its_tools() -> None:

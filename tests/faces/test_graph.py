@@ -475,9 +475,8 @@ def test_a_wide_batch_is_fingerprinted_in_linear_time(
 @pytest.mark.parametrize("face", ["middleware", "wrapper+handler"])
 def test_a_summary_another_middleware_writes_is_not_a_new_request(face: str) -> None:
     """`SummarizationMiddleware` replaces old messages with a summary `HumanMessage`
-    (`lc_source: summarization`): the request goes on, so the loop is still stopped
-    (before, through the handler: every summary restarted the streak, 26 runs and 24 steers
-    to the recursion limit)."""
+    (`lc_source: summarization`): the request goes on, so the loop is still stopped; through
+    the handler too, a summary does not restart the streak."""
     from langchain.agents.middleware import SummarizationMiddleware
 
     from loop_guard import LoopGuardMiddleware
@@ -521,7 +520,7 @@ def _lists_four_times(messages: Any, index: int) -> AIMessage:
 def test_a_fork_from_an_earlier_checkpoint_decides_as_a_fresh_process(mode: Mode) -> None:
     """Continuing a thread from an earlier checkpoint (a fork, time travel): the memory the
     process holds is ahead of that history, so it is rebuilt from it, and the fork decides
-    as a fresh process does (before: the old steps counted twice, the fork was stopped)."""
+    as a fresh process does: the old steps are not counted twice, the fork is not stopped."""
     saver = InMemorySaver()
     first = LoopGuard()
     graph = build_graph(
@@ -552,8 +551,8 @@ def test_a_fork_from_an_earlier_checkpoint_decides_as_a_fresh_process(mode: Mode
 def test_inputs_invoked_twice_without_a_thread_start_fresh() -> None:
     """The same inputs invoked twice on one guard, no thread, no handler: LangGraph gives
     the user message its id in place, so both runs name the same request; the second is
-    rebuilt from its own history (before: it inherited the first run's stop and the tool
-    raised LoopGuardAbort)."""
+    rebuilt from its own history, and does not inherit the first run's stop (the tool
+    raises no LoopGuardAbort)."""
     guard = LoopGuard()
     inputs = ask()
     outcomes = []
@@ -735,8 +734,8 @@ def _steps_read(face: str, mode: Mode, earlier: int, steps: int) -> list[int]:
 @pytest.mark.parametrize("face", ["node", "tools"])
 def test_a_long_request_without_a_thread_costs_the_same_per_step(face: str, mode: Mode) -> None:
     """Outside a thread a request is known by its user message: the guard finds it again
-    at every step without walking the whole request back (before: 8 more messages read
-    per step, ~10,000 at every step after 5,000 earlier steps)."""
+    at every step without walking the whole request back: a step after 5,000 earlier
+    steps reads as many messages as a step after none."""
     short = _steps_read(face, mode, 0, 10)
     long = _steps_read(face, mode, 5000, 10)
     # The first step of a request the guard never saw replays it; the steps after it

@@ -137,7 +137,7 @@ def test_a_refused_call_never_reaches_the_human(
     order: Order, sync: bool, mode: InterruptMode
 ) -> None:
     """Stubborn model: the human approves the 4 calls that run, and is never asked about
-    the 3 blocked ones (before: 7 approvals in one order, 6 in the other)."""
+    the 3 blocked ones, whichever order the two middlewares are listed in."""
     agent, model, runs = build(stubborn(READ_NOTES), order, mode)
     messages, review = approve_all(agent, sync)
     assert_valid_history(messages)
@@ -268,8 +268,8 @@ def test_a_wrapping_middleware_sees_the_reply_last() -> None:
 @pytest.mark.parametrize("order", ORDERS)
 def test_a_call_the_human_keeps_rejecting_is_steered_and_stopped(order: Order) -> None:
     """Each rejection quotes the call's own id: the guard sees the same answer every time,
-    so a model that keeps asking for a rejected call is steered and stopped (before: asked
-    forever, never steered)."""
+    so a model that keeps asking for a rejected call is steered and stopped, not asked
+    about forever."""
     agent, model, runs = build(stubborn(READ_NOTES), order)
     config: dict[str, Any] = {"configurable": {"thread_id": "t1"}}
     result = agent.invoke(ask(), config)

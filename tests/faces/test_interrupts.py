@@ -123,8 +123,8 @@ def test_an_approved_call_counts_once_with_its_result_after_the_resume(
 ) -> None:
     """The human approves each of the stuck model's calls: steered at the 3rd, blocked
     at the 5th, exactly as when nobody is asked; each call is counted with the text it
-    returns once approved (before, with `LoopGuardNode`: each interrupt was recorded as a
-    unique error result and the real one dropped: 30 approvals, 30 runs, no steer)."""
+    returns once approved, with `LoopGuardNode` too: an interrupt is no result, and the
+    result after the approval is the one counted."""
     events: list[GuardEvent] = []
     runs = ToolRuns()
     agent, config = build(face, [make_fetch(runs, asks_human=True)], events)
@@ -155,8 +155,8 @@ def test_an_approved_call_counts_once_with_its_result_after_the_resume(
 def test_a_batch_cancelled_mid_run_gives_no_extra_run_after(face: Face) -> None:
     """The 2nd call is cancelled (asyncio) while it runs; run again from its checkpoint,
     the stuck call is steered and blocked as if nothing had been cancelled: 4 finished
-    runs (before, with `LoopGuardNode`: the cancellation counted as an error result that
-    broke the streak, and the re-run's result was dropped: 6 finished runs)."""
+    runs, with `LoopGuardNode` too: the cancellation is no error result that would break
+    the streak, and the re-run's result is the one counted."""
     started = 0
     finished = ToolRuns()
 

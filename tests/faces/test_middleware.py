@@ -549,7 +549,7 @@ def test_a_model_call_run_again_by_other_middleware_publishes_each_decision_once
 ) -> None:
     """`ModelRetryMiddleware` or `ModelFallbackMiddleware` listed before the guard runs its
     `wrap_model_call` again after a failure: the steer decided on the first attempt is
-    decided again, and published once (SPEC §5). Before: `stats.warnings == 2`."""
+    decided again, and published once (SPEC §5): one warning in `stats`, not two."""
     from langchain.agents.middleware import ModelFallbackMiddleware, ModelRetryMiddleware
 
     guard = LoopGuardMiddleware()
@@ -577,9 +577,8 @@ def test_a_failed_re_ask_under_model_retry_ends_with_the_guard_stop(mode: Mode, 
     """`ModelRetryMiddleware` around the guard, a provider failing every other call (or on
     each re-ask): a reply refused in full is answered and the model asked again; when that
     call fails, the turn ends with the refusals and the model sees them on the next step.
-    Each decision is published once and the run ends at the guard's stop. Before: the
-    retry repeated the whole turn, every attempt failed at its re-ask, and the run ended
-    with "Model call failed after 4 attempts", the refusals thrown away."""
+    Each decision is published once and the run ends at the guard's stop: the retry does
+    not repeat the whole turn until its attempts run out and the refusals are lost."""
     from langchain.agents.middleware import ModelRetryMiddleware
 
     replies: list[Any] = []
@@ -626,8 +625,8 @@ def test_a_failed_re_ask_under_model_retry_ends_with_the_guard_stop(mode: Mode, 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
 def test_a_failed_re_ask_under_model_fallback_ends_with_the_guard_stop(mode: Mode) -> None:
     """`ModelFallbackMiddleware` around the guard, both models failing on each re-ask: the
-    re-ask's failure ends the turn with the refusals. Before: the whole turn went to the
-    fallback model, whose own re-ask failed, and the run died with the exception."""
+    re-ask's failure ends the turn with the refusals; the turn does not go to the fallback
+    model, whose own re-ask would fail and end the run with the exception."""
     from langchain.agents.middleware import ModelFallbackMiddleware
 
     guard = LoopGuardMiddleware()

@@ -211,7 +211,7 @@ def test_a_stuck_worker_is_stopped_alone(face: Face, mode: Mode) -> None:
     the thread goes the same way. The two agents' events are two conversations.
 
     Through the handler too: it ends the worker's subgraph at its stop, in place of the
-    worker's next model call (it used to raise `LoopGuardAbort` out of the parent).
+    worker's next model call, and no `LoopGuardAbort` escapes the parent.
     """
     guarded = Guarded(face)
     parent, runs = siblings(guarded, supervisor_script(), stuck(), back_to_supervisor=True)
@@ -233,8 +233,8 @@ def test_a_stuck_worker_is_stopped_alone(face: Face, mode: Mode) -> None:
 def test_a_worker_does_not_inherit_its_siblings_stop(face: Face, mode: Mode) -> None:
     """The supervisor is stuck and stopped; the worker that runs after it is a new
     conversation: its call runs and it answers, nothing escapes the parent, and the next
-    request on the thread goes the same way (it used to abort with no tool run; through
-    the handler, the supervisor's stop used to end the run before the worker)."""
+    request on the thread goes the same way (no abort before its tool runs; through the
+    handler, the supervisor's stop does not end the run before the worker)."""
     guarded = Guarded(face)
     worker = answer_after("job_status", {"job": "j"}, "worker done")
     parent, runs = siblings(guarded, stuck(), worker, back_to_supervisor=False)
@@ -365,8 +365,8 @@ def test_parallel_runs_of_one_subagent_are_apart(face: Face, mode: Mode) -> None
 @pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
 def test_a_subagent_run_inside_a_tool_outside_a_thread_is_apart(face: Face, mode: Mode) -> None:
     """Without a thread (no checkpointer) the subagent's run is still a conversation of
-    its own, not the caller's top-level run: through the handler its stop used to stop
-    the caller right after the delegation (`LoopGuardAbort` out of the caller)."""
+    its own, not the caller's top-level run: through the handler too, its stop does not
+    stop the caller after the delegation (no `LoopGuardAbort` out of the caller)."""
     guarded = Guarded(face)
     caller, runs, sub_model = caller_with_subagent(guarded, ["find notes"], pass_config=True)
     messages = guarded.run(caller, "go", mode, thread=False)
@@ -405,8 +405,8 @@ class FanOut(TypedDict):
 def test_a_stuck_send_branch_ends_alone_and_its_siblings_finish(face: Face, mode: Mode) -> None:
     """Three `Send` branches run one guarded agent; the one whose task is stuck is
     stopped after its own 4 runs and answers with the stop, the healthy ones answer as
-    usual, and the parent's `invoke` completes. Through the handler the stuck branch's
-    `LoopGuardAbort` used to escape the parent and fail the whole map step."""
+    usual, and the parent's `invoke` completes. Through the handler too: the stuck
+    branch's `LoopGuardAbort` never escapes the parent to fail the whole map step."""
     guarded = Guarded(face)
     runs = ToolRuns()
 

@@ -348,9 +348,9 @@ def test_none_and_command_results_are_results() -> None:
 @pytest.mark.parametrize("handler", [False, True], ids=["wrapper", "wrapper+handler"])
 def test_a_cancelled_tool_is_no_result_but_its_own_timeout_is(handler: bool) -> None:
     """Cancelled mid-call (asyncio): control flow, not a result, so repeated cancellations
-    are neither steered nor blocked (before: counted as the error "CancelledError", and
-    steered and blocked). A tool that times out by itself (its own `TimeoutError`)
-    fails: repeated, it is steered and blocked like any repeated failure."""
+    are neither steered nor blocked (no error result "CancelledError" is counted). A tool
+    that times out by itself (its own `TimeoutError`) fails: repeated, it is steered and
+    blocked like any repeated failure."""
     import asyncio
 
     @tool

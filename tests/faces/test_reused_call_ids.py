@@ -2,7 +2,7 @@
 
 Some OpenAI-compatible servers answer every turn with the id `call_0` (or `""`, or
 `call_0`/`call_1` per turn). The guard must decide exactly as with unique ids, on every
-face: before, it never fired (13-30 tool runs, the recursion limit ended the run).
+face: steered, blocked and stopped, never left to run until the recursion limit ends it.
 """
 
 from __future__ import annotations
@@ -167,8 +167,8 @@ def _once_more_beside_another(ids: IdScheme) -> Script:
 @pytest.mark.parametrize("face", FACES)
 def test_calls_sharing_an_id_within_one_response_are_told_apart(face: str, mode: Mode) -> None:
     """Two calls of one response with the same empty id: the repeated one is refused and
-    the new one runs, as with unique ids (before: the new one never ran, or the repeated
-    one ran and was not refused)."""
+    the new one runs, as with unique ids (the new one is not taken for the repeat, nor
+    the repeat for the new one)."""
     results = []
     for ids in (lambda turn, position: f"c{turn}_{position}", SCHEMES["empty"]):
         runs = ToolRuns()

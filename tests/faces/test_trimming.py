@@ -111,8 +111,7 @@ def test_a_trimmed_history_with_approval_pauses_is_stopped_as_one_run(
     cut: Cut, face: Face, fresh_worker: bool, asynchronous: bool
 ) -> None:
     """Steered at the 3rd run, blocked three times, stopped: 4 runs of the stuck call,
-    as in one uninterrupted run; it used to loop on until the test gave up (39 runs,
-    a steer every time, no stop)."""
+    as in one uninterrupted run, never a loop with a steer every time and no stop."""
     outcome, runs, events = approve_every_step(
         face, cut, fresh_worker=fresh_worker, asynchronous=asynchronous
     )
