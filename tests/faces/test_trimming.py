@@ -138,7 +138,8 @@ def test_a_record_that_does_not_parse_is_passed_over(record: Any) -> None:
     from langchain_core.messages import ToolMessage
 
     from loop_guard._conversation import ConversationKey, session_for
-    from loop_guard._langchain import STATE_KEY
+
+    STATE_KEY = "loop_guard_state"  # README: the record in `response_metadata`
 
     def history(metadata: dict[str, Any]) -> list[BaseMessage]:
         call = {"name": "ls", "args": {}, "id": "call_0"}
