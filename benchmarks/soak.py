@@ -10,7 +10,7 @@ deviations, guard errors and the retained memory's growth per round, and exits 1
 conversation deviates, if any guard error event appears, or if memory keeps growing round
 after round. The graph face runs without thread ids, so each request is a conversation of
 its own that only the guard's `max_conversations` bound releases: the soak sets it to 200
-and checks that memory levels off there. `tests/test_soak.py` runs a few small rounds of
+and checks that memory levels off there. `tests/deploy/test_soak.py` runs a few small rounds of
 each face as part of the test suite.
 """
 

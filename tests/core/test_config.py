@@ -1,0 +1,193 @@
+"""Configuration invariants from the environment and from arguments (SPEC §6)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from loop_guard import LoopGuard, LoopGuardConfig, _config
+
+
+def test_defaults_match_the_pi_extension() -> None:
+    """Warn 3, block 5, abort 3, nothing ignored, terminate off."""
+    config = LoopGuardConfig.from_env({})
+    assert config == LoopGuardConfig()
+    assert (config.warn_threshold, config.block_threshold, config.abort_threshold) == (3, 5, 3)
+    assert config.enabled
+    assert config.ignore_tools == frozenset()
+    assert not config.ignore_errors
+    assert not config.use_terminate
+
+
+def test_every_variable_is_read() -> None:
+    """Each LOOP_GUARD_* variable lands in its field."""
+    config = LoopGuardConfig.from_env(
+        {
+            "LOOP_GUARD_ENABLED": "yes",
+            "LOOP_GUARD_WARN_THRESHOLD": "5",
+            "LOOP_GUARD_BLOCK_THRESHOLD": "8",
+            "LOOP_GUARD_ABORT_THRESHOLD": "2",
+            "LOOP_GUARD_IGNORE_TOOLS": " todo, bash ,,",
+            "LOOP_GUARD_IGNORE_ERRORS": "On",
+            "LOOP_GUARD_USE_TERMINATE": "1",
+        }
+    )
+    assert config == LoopGuardConfig(
+        warn_threshold=5,
+        block_threshold=8,
+        abort_threshold=2,
+        ignore_tools=frozenset({"todo", "bash"}),
+        ignore_errors=True,
+        use_terminate=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("true", True), ("TRUE", True), (" 1 ", True), ("yes", True), ("On", True),
+        ("false", False), ("0", False), ("No", False), ("OFF", False),
+    ],
+)  # fmt: skip
+def test_booleans_accept_every_documented_spelling(raw: str, expected: bool) -> None:
+    """true/false, 1/0, yes/no, on/off, any case, whitespace ignored."""
+    assert LoopGuardConfig.from_env({"LOOP_GUARD_IGNORE_ERRORS": raw}).ignore_errors is expected
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [
+        ("LOOP_GUARD_WARN_THRESHOLD", "abc"),
+        ("LOOP_GUARD_WARN_THRESHOLD", "0"),
+        ("LOOP_GUARD_BLOCK_THRESHOLD", "-3"),
+        ("LOOP_GUARD_ABORT_THRESHOLD", "2.5"),
+        ("LOOP_GUARD_ABORT_THRESHOLD", ""),
+        ("LOOP_GUARD_ENABLED", "maybe"),
+        ("LOOP_GUARD_USE_TERMINATE", ""),
+        ("LOOP_GUARD_BLOCK_THRESHOLD", "٣"),  # a non-ASCII digit
+    ],
+)
+def test_an_invalid_variable_disables_the_guard_with_one_error(
+    variable: str, raw: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bad environment values never raise: the guard disables itself and says why once."""
+    with caplog.at_level(logging.ERROR, logger="loop_guard"):
+        config = LoopGuardConfig.from_env({variable: raw})
+    assert not config.enabled
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert variable in errors[0].getMessage()
+    assert repr(raw) in errors[0].getMessage()
+
+
+def test_warn_not_below_block_in_the_environment_disables(caplog: pytest.LogCaptureFixture) -> None:
+    """warn >= block from the environment disables the guard instead of raising."""
+    with caplog.at_level(logging.ERROR, logger="loop_guard"):
+        config = LoopGuardConfig.from_env(
+            {"LOOP_GUARD_WARN_THRESHOLD": "5", "LOOP_GUARD_BLOCK_THRESHOLD": "5"}
+        )
+    assert not config.enabled
+    assert "warn_threshold (5) must be less than block_threshold (5)" in caplog.text
+
+
+def test_large_thresholds_are_accepted() -> None:
+    """There is no upper bound: a huge block threshold simply never triggers."""
+    config = LoopGuardConfig.from_env({"LOOP_GUARD_BLOCK_THRESHOLD": "1000000000000"})
+    assert config.block_threshold == 10**12
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"warn_threshold": 5, "block_threshold": 5},
+        {"warn_threshold": 6},
+        {"block_threshold": 0},
+        {"abort_threshold": -1},
+        {"warn_threshold": 2.0},
+        {"warn_threshold": True},
+        {"enabled": "yes"},
+        {"ignore_tools": [1, 2]},
+        {"unknown_option": 1},
+    ],
+)
+def test_invalid_explicit_values_raise_at_once(overrides: dict[str, object]) -> None:
+    """Explicit arguments are checked: a mistake raises ValueError at construction."""
+    with pytest.raises(ValueError):  # noqa: PT011 - the message is checked elsewhere
+        LoopGuard(**overrides)
+
+
+def test_keyword_overrides_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LoopGuard(block_threshold=8) keeps the other values from the environment."""
+    monkeypatch.setenv("LOOP_GUARD_WARN_THRESHOLD", "4")
+    monkeypatch.setenv("LOOP_GUARD_BLOCK_THRESHOLD", "6")
+    config = LoopGuard(block_threshold=8).config
+    assert (config.warn_threshold, config.block_threshold) == (4, 8)
+
+
+def test_an_override_replaces_a_bad_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad variable that an explicit argument replaces does not disable the guard."""
+    monkeypatch.setenv("LOOP_GUARD_BLOCK_THRESHOLD", "lots")
+    assert LoopGuard(block_threshold=8).config.enabled
+    assert not LoopGuard(warn_threshold=2).config.enabled
+
+
+def test_an_explicit_config_ignores_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Passing a config object means exactly that config, plus overrides."""
+    monkeypatch.setenv("LOOP_GUARD_ENABLED", "false")
+    config = LoopGuard(LoopGuardConfig(warn_threshold=2), abort_threshold=1).config
+    assert config.enabled
+    assert (config.warn_threshold, config.abort_threshold) == (2, 1)
+
+
+def test_ignore_tools_accepts_a_comma_separated_string() -> None:
+    """The argument takes the same form as the variable, or any collection of names."""
+    assert LoopGuard(ignore_tools="a, b").config.ignore_tools == {"a", "b"}
+    assert LoopGuard(ignore_tools=["a"]).config.ignore_tools == {"a"}
+
+
+def test_config_is_immutable() -> None:
+    """LoopGuardConfig is frozen."""
+    config = LoopGuardConfig()
+    with pytest.raises(AttributeError):
+        config.warn_threshold = 1  # type: ignore[misc]
+
+
+def test_a_non_config_object_is_rejected() -> None:
+    """Passing a dict where a config belongs is a clear error."""
+    with pytest.raises(ValueError, match="LoopGuardConfig"):
+        LoopGuard({"warn_threshold": 2})  # type: ignore[arg-type]
+
+
+def test_bad_guard_arguments_raise() -> None:
+    """max_conversations and on_event are validated too."""
+    with pytest.raises(ValueError, match="max_conversations"):
+        LoopGuard(max_conversations=0)
+    with pytest.raises(ValueError, match="on_event"):
+        LoopGuard(on_event="print")  # type: ignore[arg-type]
+
+
+def test_a_misspelt_variable_is_named_once_with_the_closest_setting(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A misspelt variable (`LOOP_GUARD_WARN_TRESHOLD`) is never ignored without a word:
+    one warning per process names it and the setting meant, however many guards are
+    built. A variable like no setting (a project's own `LOOP_GUARD_EXAMPLE_MODEL`) is left
+    alone."""
+    from loop_guard import LoopGuardMiddleware
+
+    monkeypatch.setattr(_config, "_warned_misspelt", set(), raising=False)
+    monkeypatch.setenv("LOOP_GUARD_WARN_TRESHOLD", "2")
+    monkeypatch.setenv("LOOP_GUARD_EXAMPLE_MODEL", "gpt")
+    monkeypatch.setenv("LOOP_GUARD_BLOCK_THRESHOLD", "6")
+    with caplog.at_level(logging.WARNING, logger="loop_guard"):
+        for _ in range(3):
+            middleware = LoopGuardMiddleware()
+        LoopGuardConfig.from_env()
+    assert middleware.guard.config.warn_threshold == 3  # still ignored, as documented
+    assert middleware.guard.config.block_threshold == 6
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "LOOP_GUARD_WARN_TRESHOLD is not a loop guard setting and is ignored; "
+        "did you mean LOOP_GUARD_WARN_THRESHOLD?"
+    ]

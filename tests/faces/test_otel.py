@@ -1,0 +1,156 @@
+"""Steers, blocks and stops as OpenTelemetry span events and counters (the `otel` extra),
+read back with the SDK's in-memory exporters; and no OpenTelemetry import without it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from loop_guard import LoopGuardAbort
+from loop_guard.testing import ScriptedChatModel, stubborn
+from tests.support import ROOT
+from tests.support.agents import Mode, ToolRuns, ask, guarded_agent, make_tools, run
+
+otel_sdk = pytest.importorskip("opentelemetry.sdk", reason="needs opentelemetry-sdk (dev)")
+
+from opentelemetry import metrics, trace  # noqa: E402
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
+)
+
+# The global providers can be set once per process: this module sets both, for all its tests.
+SPANS = InMemorySpanExporter()
+READER = InMemoryMetricReader()
+_tracer_provider = TracerProvider()
+_tracer_provider.add_span_processor(SimpleSpanProcessor(SPANS))
+trace.set_tracer_provider(_tracer_provider)
+metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
+TRACER = trace.get_tracer("tests")
+
+Face = Callable[[Any, ToolRuns], tuple[Any, dict[str, Any]]]
+
+
+def middleware_face(model: Any, runs: ToolRuns) -> tuple[Any, dict[str, Any]]:
+    return guarded_agent("middleware", model, make_tools(runs), checkpointer=InMemorySaver())
+
+
+def node_face(model: Any, runs: ToolRuns) -> tuple[Any, dict[str, Any]]:
+    return guarded_agent("graph", model, make_tools(runs), checkpointer=InMemorySaver())
+
+
+def handler_face(model: Any, runs: ToolRuns) -> tuple[Any, dict[str, Any]]:
+    return guarded_agent("handler", model, make_tools(runs), checkpointer=InMemorySaver())
+
+
+def counts() -> Counter[tuple[str, str, str]]:
+    """Every loop_guard counter's cumulative sum, by (name, tool, reason or stop kind)."""
+    found: Counter[tuple[str, str, str]] = Counter()
+    data = READER.get_metrics_data()
+    for resource in data.resource_metrics if data is not None else ():
+        for scope in resource.scope_metrics:
+            if scope.scope.name != "loop_guard":
+                continue
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    attributes = point.attributes or {}
+                    detail = attributes.get("loop_guard.reason") or attributes.get(
+                        "loop_guard.stop_kind", ""
+                    )
+                    key = (metric.name, str(attributes.get("gen_ai.tool.name")), str(detail))
+                    found[key] += int(point.value)
+    return found
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+@pytest.mark.parametrize(
+    "face", [middleware_face, node_face, handler_face], ids=["middleware", "node", "handler"]
+)
+def test_each_steer_block_and_stop_is_a_span_event_and_a_count(face: Face, mode: Mode) -> None:
+    """A stuck read: one steer, three blocks and the stop land on the span current during
+    the run, with the tool's name and call id, and the counters grow by as many."""
+    SPANS.clear()
+    before = counts()
+    model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
+    agent, extra = face(model, ToolRuns())
+    config = {"configurable": {"thread_id": "t"}, **extra}
+    with TRACER.start_as_current_span("agent run"):
+        try:
+            run(agent, ask(), config, mode)
+        except LoopGuardAbort:
+            assert face is handler_face  # the handler's stop raises
+    (span,) = [span for span in SPANS.get_finished_spans() if span.name == "agent run"]
+    names = [event.name for event in span.events]
+    assert names == ["loop_guard.steer", *["loop_guard.block"] * 3, "loop_guard.stop"]
+    for event in span.events:
+        attributes = event.attributes or {}
+        assert attributes["gen_ai.tool.name"] == "read_file"
+        assert attributes["loop_guard.conversation"] == "t"
+        assert str(attributes["loop_guard.message"]).strip()
+    steer, block = span.events[0].attributes or {}, span.events[1].attributes or {}
+    assert steer["loop_guard.reason"] == "repeat"
+    assert steer["loop_guard.streak"] == 3
+    assert str(steer["gen_ai.tool.call.id"])
+    assert block["loop_guard.blocks"] == 1
+    assert (span.events[-1].attributes or {})["loop_guard.stop_kind"] == "abort"
+    grown = counts() - before
+    assert grown == Counter(
+        {
+            ("loop_guard.steers", "read_file", "repeat"): 1,
+            ("loop_guard.blocks", "read_file", "repeat"): 3,
+            ("loop_guard.stops", "read_file", "abort"): 1,
+        }
+    )
+
+
+def test_outside_any_span_only_the_counters_move() -> None:
+    """No span current during the run: nothing to add an event to, and no error."""
+    SPANS.clear()
+    before = counts()
+    model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
+    agent, _ = middleware_face(model, ToolRuns())
+    run(agent, ask(), {"configurable": {"thread_id": "t"}}, "invoke")
+    assert sum((counts() - before).values()) == 5
+    assert SPANS.get_finished_spans() == ()
+
+
+def test_without_opentelemetry_nothing_imports_it() -> None:
+    """With `opentelemetry` not importable, a guard steers as before and never tries it."""
+    script = textwrap.dedent(
+        """
+        import sys
+
+        sys.modules["opentelemetry"] = None  # as if not installed: importing it fails
+        from langchain.agents import create_agent
+        from loop_guard import LoopGuardMiddleware
+        from loop_guard.testing import ScriptedChatModel, stubborn
+        from tests.support.agents import ToolRuns, ask, make_tools
+
+        events = []
+        model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
+        middleware = LoopGuardMiddleware(on_event=events.append)
+        create_agent(model, make_tools(ToolRuns()), middleware=[middleware]).invoke(ask())
+        assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"], events
+        assert not [name for name in sys.modules if name.startswith("opentelemetry.")]
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.stdout.strip() == "ok", done.stderr

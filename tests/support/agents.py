@@ -1,0 +1,297 @@
+"""Shared pieces for end-to-end tests: counted tools, guarded agents, run modes, history
+checks, and the one-shot worker process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool, ToolException, tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from loop_guard import (
+    GUARD_NAME,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    LoopGuardNode,
+    guard_tools,
+)
+
+Mode = Literal["invoke", "ainvoke", "stream", "astream"]
+MODES: tuple[Mode, ...] = ("invoke", "ainvoke", "stream", "astream")
+
+needs_async_context = pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason=(
+        "LangGraph: async nodes and hooks get no run context before Python 3.11 (no "
+        "context for asyncio tasks): create_agent's model call has no callbacks, "
+        "interrupt() and custom events find no config"
+    ),
+)
+
+
+def _release(package: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version(package).split(".")[:3] if part.isdigit())
+
+
+interrupt_in_async_tool = pytest.mark.skipif(
+    sys.version_info < (3, 11) and _release("langchain-core") < (1, 4, 8),
+    reason=(
+        "langchain-core before 1.4.8 runs an async tool outside its run's context before "
+        "Python 3.11: interrupt() in the tool finds no config"
+    ),
+)
+
+
+def faces_and_modes(faces: Sequence[str], modes: Sequence[str], needs_context: str) -> list[Any]:
+    """Each (face, mode), the async runs of face `needs_context` marked `needs_async_context`."""
+    return [
+        pytest.param(face, mode, marks=needs_async_context)
+        if face == needs_context and mode.startswith("a")
+        else (face, mode)
+        for face in faces
+        for mode in modes
+    ]
+
+
+class ToolRuns:
+    """Counts how often each tool body really ran (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def hit(self, name: str) -> None:
+        with self._lock:
+            self.counts[name] += 1
+
+
+def make_tools(runs: ToolRuns) -> list[BaseTool]:
+    """A small toolbox: a failing read, a listing, a poll whose result advances."""
+    progress: Counter[str] = Counter()
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        runs.hit("read_file")
+        if path == "notes.md":
+            raise ToolException("File not found: notes.md")
+        return f"contents of {path}"
+
+    read_file.handle_tool_error = True  # the failure reaches the model as an error result
+
+    @tool
+    def list_dir(path: str) -> str:
+        """List a directory."""
+        runs.hit("list_dir")
+        return "README.md\nsrc/"
+
+    @tool
+    def job_status(job: str) -> str:
+        """Poll a job."""
+        runs.hit("job_status")
+        progress[job] += 1
+        return f"job {job}: {progress[job] * 10}% done"
+
+    return [read_file, list_dir, job_status]
+
+
+def run(
+    agent: Runnable[Any, Any], payload: Any, config: dict[str, Any], mode: Mode
+) -> list[BaseMessage]:
+    """Run the agent in one of the four modes; return the final messages."""
+    if mode == "invoke":
+        return list(agent.invoke(payload, config)["messages"])
+    if mode == "ainvoke":
+        return list(asyncio.run(agent.ainvoke(payload, config))["messages"])
+    if mode == "stream":
+        last: dict[str, Any] = {}
+        for chunk in agent.stream(payload, config, stream_mode="values"):
+            last = chunk
+        return list(last["messages"])
+
+    async def consume() -> list[BaseMessage]:
+        last: dict[str, Any] = {}
+        async for chunk in agent.astream(payload, config, stream_mode="values"):
+            last = chunk
+        return list(last["messages"])
+
+    return asyncio.run(consume())
+
+
+def ask(text: str = "Summarise notes.md") -> dict[str, Any]:
+    return {"messages": [HumanMessage(text)]}
+
+
+def current_request(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The messages since the last user message (guard messages are not user messages)."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, HumanMessage) and message.name != GUARD_NAME:
+            return list(messages[index + 1 :])
+    return list(messages)
+
+
+def steers(messages: Sequence[BaseMessage]) -> list[HumanMessage]:
+    return [m for m in messages if isinstance(m, HumanMessage) and m.name == GUARD_NAME]
+
+
+def blocked(messages: Sequence[BaseMessage]) -> list[ToolMessage]:
+    return [
+        m
+        for m in messages
+        if isinstance(m, ToolMessage) and m.status == "error" and "was blocked" in str(m.content)
+    ]
+
+
+def final_stop(messages: Sequence[BaseMessage]) -> AIMessage | None:
+    last = messages[-1]
+    if isinstance(last, AIMessage) and last.name == GUARD_NAME:
+        return last
+    return None
+
+
+def assert_valid_history(messages: Sequence[BaseMessage]) -> None:
+    """Every tool call is answered exactly once, right after its AI message."""
+    pending: list[str] = []
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            assert message.tool_call_id in pending, f"unexpected answer {message.tool_call_id}"
+            pending.remove(message.tool_call_id)
+            continue
+        assert not pending, f"tool calls left unanswered: {pending}"
+        if isinstance(message, AIMessage):
+            pending = [call["id"] for call in message.tool_calls if call["id"]]
+    assert not pending, f"tool calls left unanswered: {pending}"
+
+
+def timeline(messages: Sequence[BaseMessage]) -> list[str]:
+    """A compact, id-free description of a history, for comparing two runs.
+
+    Tool results are listed in their calls' order, whatever order they were added in.
+    """
+    out: list[str] = []
+    order: dict[str, int] = {}
+    answers: list[tuple[int, str]] = []
+
+    def flush() -> None:
+        out.extend(text for _, text in sorted(answers))
+        answers.clear()
+
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            answers.append((order.get(message.tool_call_id, len(order)), _describe(message)))
+            continue
+        flush()
+        if isinstance(message, AIMessage):
+            order = {call["id"] or "": n for n, call in enumerate(message.tool_calls)}
+        out.append(_describe(message))
+    flush()
+    return out
+
+
+def _describe(message: BaseMessage) -> str:
+    if isinstance(message, AIMessage):
+        calls = ",".join(f"{c['name']}{sorted(c['args'].items())}" for c in message.tool_calls)
+        return f"ai[{message.name or ''}]:{calls or message.content}"
+    if isinstance(message, ToolMessage):
+        return f"tool:{message.status}:{message.content}"
+    return f"{message.type}[{message.name or ''}]:{message.content}"
+
+
+def build_graph(
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    guard: LoopGuard,
+    *,
+    checkpointer: Any = None,
+    deliver_steer: bool | None = None,
+    handle_tool_errors: bool = False,
+    interrupt_before: list[str] | None = None,
+) -> Any:
+    """model -> ToolNode(guarded tools) -> LoopGuardNode -> model | END."""
+    errors = {"handle_tool_errors": True} if handle_tool_errors else {}
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+    guarded = guard_tools(tools, guard, deliver_steer=deliver_steer)
+    builder.add_node("tools", ToolNode(guarded, **errors))
+    builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", tools_condition)
+    builder.add_edge("tools", "loop_guard")
+    return builder.compile(checkpointer=checkpointer, interrupt_before=interrupt_before)
+
+
+def guarded_agent(
+    face: str,
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    *,
+    on_event: Callable[[GuardEvent], object] | None = None,
+    checkpointer: Any = None,
+    interrupt_before: list[str] | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """An agent guarded by a new guard, attached the way `face` does it, and what its run
+    config needs (the handler's callbacks):
+
+    - `middleware` (`agent` in the worker scripts): `create_agent` with `LoopGuardMiddleware`;
+    - `graph`: `guard_tools` + `ToolNode` + `LoopGuardNode` (`build_graph`);
+    - `handler`: `create_agent` with `guard_tools` and a `LoopGuardCallbackHandler` in the
+      run config, no node (a stopped request ends with `LoopGuardAbort`).
+    """
+    from langchain.agents import create_agent  # the `agents` extra, for these faces only
+
+    if face in ("middleware", "agent"):
+        agent = create_agent(
+            model,
+            list(tools),
+            middleware=[LoopGuardMiddleware(on_event=on_event)],
+            checkpointer=checkpointer,
+            interrupt_before=interrupt_before,
+        )
+        return agent, {}
+    guard = LoopGuard(on_event=on_event)
+    if face == "graph":
+        graph = build_graph(
+            model, tools, guard, checkpointer=checkpointer, interrupt_before=interrupt_before
+        )
+        return graph, {}
+    if face == "handler":
+        agent = create_agent(
+            model,
+            guard_tools(tools, guard),
+            checkpointer=checkpointer,
+            interrupt_before=interrupt_before,
+        )
+        return agent, {"callbacks": [LoopGuardCallbackHandler(guard)]}
+    raise ValueError(f"unknown face {face!r}")
+
+
+WORKER = Path(__file__).with_name("worker.py")
+
+
+def run_worker(database: Path, face: str, action: str, steps: int = 1000) -> list[str]:
+    """Drive thread `t` of a SQLite database from a new process; its final timeline."""
+    done = subprocess.run(
+        [sys.executable, str(WORKER), str(database), "t", face, action, str(steps)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
