@@ -62,7 +62,7 @@ class ToolPolicy:
             sweep of different commands failing alike is steered once, never blocked
             (see `is_shell`). Unset: its name.
 
-    Example:
+    Examples:
         >>> config = LoopGuardConfig(tools={"poll_job": ToolPolicy(block_threshold=30)})
         >>> tuple(config.thresholds("poll_job")), tuple(config.thresholds("read"))
         ((3, 30), (3, 5))
@@ -166,7 +166,7 @@ class LoopGuardConfig:
         ValueError: If a threshold is not an integer >= 1, or `warn_threshold >=
             block_threshold` (also for a tool's policy).
 
-    Example:
+    Examples:
         >>> LoopGuardConfig(warn_threshold=2, block_threshold=4).block_threshold
         4
         >>> LoopGuardConfig(warn_threshold=5, block_threshold=5)
@@ -218,7 +218,7 @@ class LoopGuardConfig:
     def pi(cls, **overrides: Any) -> LoopGuardConfig:
         """The Pi extension's behaviour exactly: every detector beyond it turned off.
 
-        Example:
+        Examples:
             >>> LoopGuardConfig.pi().detect_cycles
             False
         """
@@ -227,7 +227,7 @@ class LoopGuardConfig:
     def thresholds(self, tool: str) -> Thresholds:
         """The thresholds in force for one tool.
 
-        Example:
+        Examples:
             >>> LoopGuardConfig(tools={"poll": ToolPolicy(block_threshold=30)}).thresholds("poll")
             Thresholds(warn=3, block=30)
         """
@@ -243,7 +243,7 @@ class LoopGuardConfig:
         """The identical call of a steered call, in one request, that is blocked however
         spread out (see `backstop_threshold`).
 
-        Example:
+        Examples:
             >>> LoopGuardConfig(tools={"poll": ToolPolicy(block_threshold=30)}).backstop("poll")
             30
         """
@@ -261,7 +261,7 @@ class LoopGuardConfig:
         repeated after it asks a new question: the tool's policy, else `hint` (what
         its MCP annotations say), else its name (`state_changing_name`).
 
-        Example:
+        Examples:
             >>> config = LoopGuardConfig(tools={"deploy_check": ToolPolicy(changes_state=False)})
             >>> config.changes_state("write_file"), config.changes_state("deploy_check")
             (True, False)
@@ -277,7 +277,7 @@ class LoopGuardConfig:
         """Whether this tool runs commands, whose failures are exit statuses: its
         policy's `shell`, else its name (`bash`, `run_shell_command`, `execute`).
 
-        Example:
+        Examples:
             >>> LoopGuardConfig().is_shell("bash"), LoopGuardConfig().is_shell("read_file")
             (True, False)
         """
@@ -315,7 +315,7 @@ class LoopGuardConfig:
     def replace(self, **overrides: Any) -> LoopGuardConfig:
         """Return a copy with some fields replaced, validated like the constructor.
 
-        Example:
+        Examples:
             >>> LoopGuardConfig().replace(block_threshold=8).block_threshold
             8
         """
@@ -330,7 +330,7 @@ class LoopGuardConfig:
         itself and logs one error naming the variable and the value, so the agent keeps
         running unguarded.
 
-        Example:
+        Examples:
             >>> env = {"LOOP_GUARD_BLOCK_THRESHOLD": "8", "LOOP_GUARD_IGNORE_TOOLS": "todo, bash"}
             >>> config = LoopGuardConfig.from_env(env)
             >>> config.block_threshold, sorted(config.ignore_tools)
@@ -404,7 +404,7 @@ def _name_words(tool: str) -> list[str]:
 def state_changing_name(tool: str) -> bool:
     """Whether a tool's name says it changes state (see `LoopGuardConfig.changes_state`).
 
-    Example:
+    Examples:
         >>> [state_changing_name(n) for n in ("str_replace", "can_send_mms", "bash")]
         [True, False, False]
     """
@@ -415,7 +415,7 @@ def state_changing_name(tool: str) -> bool:
 def shell_name(tool: str) -> bool:
     """Whether a tool's name says it runs commands (see `LoopGuardConfig.is_shell`).
 
-    Example:
+    Examples:
         >>> [shell_name(n) for n in ("run", "execute_bash", "run_speed_test")]
         [True, True, False]
     """
@@ -428,7 +428,7 @@ def annotation_hint(metadata: object) -> bool | None:
     `readOnlyHint: true` reads; `readOnlyHint: false` or `destructiveHint: true` may
     change state (MCP's defaults are silent on both, so their absence says nothing).
 
-    Example:
+    Examples:
         >>> annotation_hint({"readOnlyHint": True}), annotation_hint({"destructiveHint": True})
         (False, True)
         >>> annotation_hint(None) is None
@@ -586,7 +586,7 @@ def parse_setting(name: str, raw: str) -> Any:
     """A setting's value from its text, spelt as its `LOOP_GUARD_*` variable spells it;
     `ValueError` says what is wrong with the text.
 
-    Example:
+    Examples:
         >>> sorted(parse_setting("ignore_tools", "todo, bash"))
         ['bash', 'todo']
         >>> parse_setting("tools", '{"poll": {"block_threshold": 20}}')["poll"].block_threshold
@@ -631,7 +631,7 @@ def layered_config(
     replace disables the guard and logs one error, so the agent keeps running; with `strict`
     it raises `ValueError` instead (a scan by a disabled guard would find nothing).
 
-    Example:
+    Examples:
         >>> env = {"LOOP_GUARD_WARN_THRESHOLD": "2", "LOOP_GUARD_DETECT_CYCLES": "yes"}
         >>> config = layered_config({"block_threshold": 4}, env, base=LoopGuardConfig.pi())
         >>> config.warn_threshold, config.block_threshold, config.detect_cycles

@@ -111,7 +111,7 @@ Verdict = tuple[RequestState, Proceed | Block | Stop, tuple[Decision, ...]]
 class Engine:
     """SPEC §2-§4 and §8 as pure transitions over a `RequestState`, for one configuration.
 
-    Example:
+    Examples:
         >>> engine = Engine(LoopGuardConfig())
         >>> state = RequestState()
         >>> result = Result.of("same")

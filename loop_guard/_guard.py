@@ -43,7 +43,7 @@ class LoopGuard:
     Raises:
         ValueError: If an explicit argument is invalid (SPEC §6).
 
-    Example:
+    Examples:
         >>> guard = LoopGuard(block_threshold=4)
         >>> session = guard.session("thread-1")
         >>> session.start_request("request-1")
@@ -112,7 +112,7 @@ class LoopGuard:
         (`readOnlyHint`, `destructiveHint` in its `metadata`, as
         `langchain-mcp-adapters` sets them) say whether it changes state.
 
-        Example:
+        Examples:
             >>> guard = LoopGuard()
             >>> guard.add_tools(["read_file", "write_file"])
             >>> sorted(guard.tool_names or ())
@@ -171,7 +171,7 @@ class LoopGuard:
         when the caller says (`Session.publish`), once even when the caller runs the
         same transitions again on the same snapshot (a retried model call).
 
-        Example:
+        Examples:
             >>> guard = LoopGuard()
             >>> kept = guard.session("thread-1", {})  # the caller keeps a fresh state
             >>> kept.start_request("request-1")
@@ -336,7 +336,7 @@ class Session:
     decisions it reached (counted in `stats`, logged, sent to `on_event`; a caller-kept
     session's on `publish`), so an adapter only acts on what a method returns.
 
-    Example:
+    Examples:
         >>> guard = LoopGuard(warn_threshold=2)
         >>> session = guard.session("thread-1")
         >>> for n in range(2):

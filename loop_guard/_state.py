@@ -180,7 +180,7 @@ class RequestState:
         snapshot is written at every model call and kept in every checkpoint. `"v"` is
         its shape's version (`SCHEMA_VERSION`), for `migrate`.
 
-        Example:
+        Examples:
             >>> RequestState(request_id="r-1", streak=2).to_dict()
             {'v': 1, 'request_id': 'r-1', 'streak': 2}
         """
@@ -307,7 +307,7 @@ def migrate(data: Mapping[str, Any], keys: Mapping[str, str] | None = None) -> M
     tool-call ids of the latest responses to their keys now (`_langchain.call_keys`);
     without it, such a call stays unknown to the state: a run on it is not counted.
 
-    Example:
+    Examples:
         >>> old = {"request_id": "r", "batch": [["call_1", "read", "f1", "allowed"]]}
         >>> migrate(old, {"call_1": "response-7#0"})["batch"]
         [['response-7#0', 'read', 'f1', 'allowed']]
@@ -357,7 +357,7 @@ def clone(state: RequestState) -> RequestState:
     Field by field, spelled out: it runs for every transition, and the keyword
     constructor (or `dataclasses.replace`) costs several times as much.
 
-    Example:
+    Examples:
         >>> from dataclasses import fields
         >>> state = RequestState(**{field.name: object() for field in fields(RequestState)})
         >>> copy = clone(state)

@@ -45,7 +45,7 @@ class Call:
     none), so adapters key a call by its response and its position in it. A call with
     neither gets a fresh key, so it is always a call of its own.
 
-    Example:
+    Examples:
         >>> a = Call.of("read", {"path": "a.txt", "n": 1.0}, id="call_1")
         >>> a == Call.of("read", {"n": 1, "path": "a.txt"}, id="call_2")
         True
@@ -77,7 +77,7 @@ def make_call(tool: str, fingerprint: str, args: Any, id: str, key: str) -> Call
     packing of a class call, which costs more than setting the fields: `Call.of` and
     the engine's settling each make a call on every step.
 
-    Example:
+    Examples:
         >>> call = make_call("read", "f", {"n": 1}, "call_1", "k")
         >>> call == Call(tool="read", fingerprint="f"), call.args, call.id, call.key
         (True, {'n': 1}, 'call_1', 'k')
@@ -96,7 +96,7 @@ def make_call(tool: str, fingerprint: str, args: Any, id: str, key: str) -> Call
 class Result:
     """What a tool returned for a call, reduced to its fingerprint and error flag.
 
-    Example:
+    Examples:
         >>> Result.of("same text") == Result.of([{"type": "text", "text": "same text"}])
         True
         >>> Result.of("same text") == Result.of("same text", is_error=True)
@@ -146,7 +146,7 @@ def reports_error(content: Any) -> bool:
     """Whether a result's text opens by reporting an error (`"Error: ..."`): such a
     result is an error result, as if the tool had raised.
 
-    Example:
+    Examples:
         >>> reports_error("Error: flight HAT030 not available"), reports_error("0 errors")
         (True, False)
     """
@@ -216,7 +216,7 @@ class LoopGuardAbort(RuntimeError):
         stop: The `Stop` decision: its `kind`, the repeated `call`, `blocks`, and the
             `message` for the user.
 
-    Example:
+    Examples:
         >>> stop = Stop(kind="abort", call=Call.of("read", {}), message="why", streak=4, blocks=3)
         >>> str(LoopGuardAbort(stop))
         'why'

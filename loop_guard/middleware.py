@@ -77,10 +77,8 @@ class LoopGuardState(AgentState[ResponseT]):
 
     Extends `AgentState` with the guard's per-request state, a JSON-safe snapshot kept
     in the thread's checkpoint, so a thread resumed in another process continues
-    exactly. It is reset at the start of every request.
-
-    Type Parameters:
-        ResponseT: The type of the structured response. Defaults to `Any`.
+    exactly. It is reset at the start of every request. Its type parameter, `ResponseT`,
+    is the type of the structured response (`Any` by default).
     """
 
     loop_guard: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
