@@ -98,7 +98,9 @@ class ToolPolicy:
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoopGuardConfig:
-    """Immutable settings of a loop guard (SPEC §6), validated on construction.
+    """Immutable settings of a loop guard, validated on construction.
+
+    See How the guard decides: configuration.
 
     Attributes:
         enabled: Master switch. A disabled guard never steers, blocks or stops.
@@ -324,7 +326,9 @@ class LoopGuardConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LoopGuardConfig:
-        """Read the `LOOP_GUARD_*` variables (SPEC §6); unset ones keep their defaults.
+        """Read the `LOOP_GUARD_*` variables; unset ones keep their defaults.
+
+        See How the guard decides: configuration.
 
         An invalid value does not raise: like the Pi extension, the guard disables
         itself and logs one error naming the variable and the value, so the agent keeps
@@ -603,7 +607,7 @@ def resolve_config(
     """Combine an explicit config or the environment with keyword overrides.
 
     Overrides are explicit arguments, so a mistake in them raises `ValueError` at once
-    (SPEC §6); the environment alone never raises.
+    (see How the guard decides: configuration); the environment alone never raises.
     """
     given: object = config  # checked at run time: callers may not be type-checked
     if given is not None and not isinstance(given, LoopGuardConfig):

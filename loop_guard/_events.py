@@ -204,8 +204,9 @@ class Events:
 
         For adapters whose hooks other middleware may run again with the same input
         (a model call retried, or handed to a fallback model): the decisions they reach
-        again are published, and counted, once (SPEC §5). `turn` names the point of the
-        request the decisions were reached at (its request and counted steps).
+        again are published, and counted, once (see How the guard decides: reset and scope).
+        `turn` names the point of the request the decisions were reached at (its request
+        and counted steps).
         """
         fresh = []
         with self._lock:

@@ -1,4 +1,6 @@
-"""Fingerprints: what makes two calls or two results "the same" (SPEC §1).
+"""Fingerprints: what makes two calls or two results "the same".
+
+See How the guard decides: identity.
 
 Pure functions with no framework imports. `args_fingerprint` is canonical JSON, so key
 order never matters; `result_fingerprint` is a streaming SHA-256 of the result's text

@@ -27,8 +27,8 @@ class LoopGuard:
     """Stop an agent that repeats the same tool call and gets the same result.
 
     One instance serves any number of concurrent conversations; each conversation's
-    state is kept under its key and reset at every new request (SPEC §5). A
-    conversation's transitions are its `session`'s: the adapters
+    state is kept under its key and reset at every new request (see How the guard
+    decides: reset and scope). A conversation's transitions are its `session`'s: the adapters
     (`LoopGuardMiddleware`, `LoopGuardCallbackHandler`, `guard_tools`, `LoopGuardNode`)
     are thin layers over them; call them directly to guard a custom agent loop.
 
@@ -41,7 +41,7 @@ class LoopGuard:
         **overrides: Any `LoopGuardConfig` field; wins over `config` and the environment.
 
     Raises:
-        ValueError: If an explicit argument is invalid (SPEC §6).
+        ValueError: If an explicit argument is invalid (see How the guard decides: configuration).
 
     Examples:
         >>> guard = LoopGuard(block_threshold=4)
@@ -445,7 +445,10 @@ class Session:
         return self._engine.check_call(state, call)[1]
 
     def start_request(self, request_id: str) -> None:
-        """Begin a request, unless `request_id` is the current one (SPEC §5)."""
+        """Begin a request, unless `request_id` is the current one.
+
+        See How the guard decides: reset.
+        """
 
         def start(state: RequestState) -> tuple[RequestState, None, tuple[Decision, ...]]:
             if state.request_id == request_id:
@@ -461,7 +464,10 @@ class Session:
         self._events.forget(self.conversation)
 
     def open_batch(self, calls: Sequence[Call]) -> None:
-        """Declare the calls of one model response, in the model's order (SPEC §4)."""
+        """Declare the calls of one model response, in the model's order.
+
+        See How the guard decides: batches.
+        """
         self._run(lambda state: _no_value(self._engine.open_batch(state, calls)))
 
     def check_call(self, call: Call) -> Proceed | Block | Stop:

@@ -101,7 +101,9 @@ class Failing(NamedTuple):
 
 
 class Step(NamedTuple):
-    """A counted (call, result) pair: the unit a streak is made of (SPEC §0, §2).
+    """A counted (call, result) pair: the unit a streak is made of.
+
+    See How the guard decides: words, and the streak.
 
     A tuple: steps are compared on every counted step, against the last one and the
     recent ones, and a tuple compares in C.
@@ -137,8 +139,8 @@ class RequestState:
     batch: tuple[Entry, ...] = ()
     batch_explicit: bool = False
     settled: tuple[Entry, ...] = ()  # the last settled batch: late siblings ask it
-    # Beyond Pi (SPEC §8): the last counted steps of the request, for cycles and
-    # interleaved repeats.
+    # Beyond Pi (see How the guard decides: beyond the Pi extension): the last counted steps
+    # of the request, for cycles and interleaved repeats.
     recent: tuple[Step, ...] = ()
     counted: int = 0  # steps counted in this request
     runs: tuple[int, ...] = ()  # per cycle period 2, 3, ...: steps matching one period back

@@ -17,14 +17,16 @@ _set = object.__setattr__  # as a frozen dataclass's own __init__ sets its field
 StopKind = Literal["abort", "terminate"]
 """Why a request ended.
 
-- `'abort'`: `abort_threshold` calls were blocked within one request (SPEC §3.3).
-- `'terminate'`: `use_terminate` is on and every call of a batch was blocked (SPEC §3.4).
+- `'abort'`: `abort_threshold` calls were blocked within one request (see How the guard decides:
+  stop).
+- `'terminate'`: `use_terminate` is on and every call of a batch was blocked (see How
+  the guard decides: terminate).
 """
 
 Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool", "same_error"]
 """Which detector a steer or block came from.
 
-- `'repeat'`: the same call and result in a row (the streak, SPEC §2-§3).
+- `'repeat'`: the same call and result in a row (see How the guard decides: the streak).
 - `'cycle'`: a sequence of 2..`max_cycle_period` steps repeated lap after lap.
 - `'interleaved'`: the same call and result recurring with other calls between.
 - `'returned'`: the model went back to a call it had been steered away from (a
@@ -37,7 +39,9 @@ Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool", "
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Call:
-    """One tool call proposed by the model (SPEC §0), compared by name and fingerprint.
+    """One tool call proposed by the model, compared by name and fingerprint.
+
+    See How the guard decides: words.
 
     `id` is the model's tool call id, which the call's answer carries. `key` tells the
     call apart from every other call of the conversation: the engine knows calls by it.

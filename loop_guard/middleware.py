@@ -171,7 +171,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     def before_agent(
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
-        """Start a new request: everything resets but the recent steps (SPEC §5, §8)."""
+        """Start a new request: everything resets but the recent steps.
+
+        See How the guard decides: reset and scope, and beyond the Pi extension.
+        """
         session = self.guard.session(_conversation(state, runtime), _snapshot_of(state))
         session.start_request(uuid.uuid4().hex)
         return {"loop_guard": session.snapshot()}
