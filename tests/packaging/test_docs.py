@@ -142,9 +142,12 @@ def test_every_internal_link_resolves(site: Path) -> None:
                 target = target / "index.html"
             if not target.is_file():
                 broken.append(f"{base}: {link} (no {target.relative_to(site)})")
-            elif parts.fragment and target.suffix == ".html":
-                if unquote(parts.fragment) not in page(target).ids:
-                    broken.append(f"{base}: {link} (no #{parts.fragment})")
+            elif (
+                parts.fragment
+                and target.suffix == ".html"
+                and unquote(parts.fragment) not in page(target).ids
+            ):
+                broken.append(f"{base}: {link} (no #{parts.fragment})")
     assert not broken, "\n".join(broken)
 
 
@@ -164,7 +167,9 @@ def served(site: Path) -> Iterator[str]:
 
 
 class QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base's name)
+    """Serves the site without a log line per request."""
+
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
