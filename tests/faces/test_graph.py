@@ -348,7 +348,8 @@ class ChatState(TypedDict):
 
 
 def test_a_state_with_its_own_messages_key() -> None:
-    """With messages under another key, requests are still told apart (SPEC §5)."""
+    """With messages under another key, requests are still told apart (see How the guard decides:
+    reset)."""
     guard = LoopGuard()
     runs = ToolRuns()
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
