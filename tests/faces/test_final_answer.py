@@ -34,7 +34,6 @@ from loop_guard.testing import (
     stubborn,
     tool_calls_message,
 )
-
 from tests.support.agents import (
     MODES,
     Mode,

@@ -13,7 +13,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from loop_guard import LoopGuardMiddleware
 from loop_guard.testing import ScriptedChatModel, stubborn
-
 from tests.support.agents import ToolRuns, ask, make_tools, timeline
 
 READ_NOTES = ("read_file", {"path": "notes.md"})

@@ -14,7 +14,6 @@ from typing import Any
 
 import loop_guard
 from loop_guard import cli
-
 from tests.scan.test_scan import openai_healthy, openai_loop
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from tests.support import ROOT
 
 
-
 def test_the_built_wheel_installs_in_a_clean_venv_and_runs_the_demo(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path),
