@@ -1,6 +1,6 @@
 """The dependency floors of pyproject.toml, for .ci/floors.sh.
 
-    python3 .ci/floors.py extras          every extra, comma-separated
+    python3 .ci/floors.py extras          every extra but those of UNFLOORED, comma-separated
     python3 .ci/floors.py pins EXTRA...   constraints (name==floor) for the installer
 
 A pin is written for each of the package's own requirements (`[project].dependencies` and the
@@ -18,6 +18,8 @@ import tomllib
 
 REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*([^;]*)")
 FLOOR = re.compile(r">=\s*([^,\s]+)")
+# Extras the floors run never installs: tools for the repository, not for the package's users.
+UNFLOORED = {"docs"}
 
 
 def parse(requirement: str) -> tuple[str, tuple[int, ...] | None]:
@@ -38,7 +40,7 @@ def main(argv: list[str]) -> None:
     project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
     extras: dict[str, list[str]] = project.get("optional-dependencies", {})
     if argv == ["extras"]:
-        print(",".join(extras))
+        print(",".join(extra for extra in extras if extra not in UNFLOORED))
         return
     if not argv or argv[0] != "pins" or not set(argv[1:]) <= set(extras):
         sys.exit(__doc__)

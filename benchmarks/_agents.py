@@ -606,10 +606,17 @@ def stopwatch_interceptor(
     return intercept
 
 
-def tool_node(tools: Sequence[BaseTool], *, charged: bool, timed: bool = True) -> ToolNode:
-    """`ToolNode(tools)`, with the stopwatch interceptor when `timed`."""
+def tool_node(
+    tools: Sequence[BaseTool],
+    *,
+    charged: bool,
+    timed: bool = True,
+    interceptor: Callable[[Any, Callable[[Any], Any]], Any] | None = None,
+) -> ToolNode:
+    """`ToolNode(tools)`, with the stopwatch interceptor when `timed`, else with
+    `interceptor` if given (`ToolNode(wrap_tool_call=interceptor)`)."""
     if not timed:
-        return ToolNode(list(tools))
+        return ToolNode(list(tools), wrap_tool_call=interceptor)
     return ToolNode(list(tools), wrap_tool_call=stopwatch_interceptor(tools, charged=charged))
 
 
@@ -629,6 +636,7 @@ def graph_with(
     node: bool = True,
     tools: Sequence[BaseTool] | None = None,
     null_node: bool = False,
+    interceptor: Callable[[Any, Callable[[Any], Any]], Any] | None = None,
 ) -> Any:
     """The hand-built graph of the README: model -> tools [-> loop_guard] -> model | END.
 
@@ -638,8 +646,12 @@ def graph_with(
     node; with `node=False`, the wrapped tools alone (`guard_tools` with its defaults).
     `timed` puts the stopwatch on the node and on the tools' `invoke` (with or without a
     guard, so that both graphs pay for the interceptor). `tools` replaces the toolbox's
-    tools.
+    tools. `interceptor`, without a guard, node or stopwatch, is the tools node's
+    `wrap_tool_call` (a guard living in the tools node: `_minimal.graph_interceptor`).
     """
+    if interceptor is not None and (guard is not None or null_node or timed):
+        msg = "an interceptor goes only in the unguarded, untimed graph without a node"
+        raise ValueError(msg)
     model = script.model()
     inner = list(tools) if tools is not None else box.tools()
     builder = StateGraph(MessagesState)
@@ -652,7 +664,8 @@ def graph_with(
         builder.add_node("loop_guard", null, destinations=("model", END))
         builder.add_edge("tools", "loop_guard")
     elif guard is None:
-        builder.add_node("tools", tool_node(inner, charged=False, timed=timed))
+        tools_node = tool_node(inner, charged=False, timed=timed, interceptor=interceptor)
+        builder.add_node("tools", tools_node)
         builder.add_edge("tools", "model")
     elif not node:
         builder.add_node("tools", tool_node(guard_tools(inner, guard), charged=True, timed=timed))

@@ -8,7 +8,7 @@ never touched.
 The core (`LoopGuard`, its `Session`s, settings and values) needs no framework: the
 adapters for LangChain and LangGraph load when first used.
 
-Example:
+Examples:
     >>> from loop_guard import LoopGuard, LoopGuardConfig
     >>> LoopGuard(LoopGuardConfig(warn_threshold=2, block_threshold=4)).config.warn_threshold
     2

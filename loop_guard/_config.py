@@ -62,7 +62,7 @@ class ToolPolicy:
             sweep of different commands failing alike is steered once, never blocked
             (see `is_shell`). Unset: its name.
 
-    Example:
+    Examples:
         >>> config = LoopGuardConfig(tools={"poll_job": ToolPolicy(block_threshold=30)})
         >>> tuple(config.thresholds("poll_job")), tuple(config.thresholds("read"))
         ((3, 30), (3, 5))
@@ -98,7 +98,9 @@ class ToolPolicy:
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoopGuardConfig:
-    """Immutable settings of a loop guard (SPEC §6), validated on construction.
+    """Immutable settings of a loop guard, validated on construction.
+
+    See How the guard decides: configuration.
 
     Attributes:
         enabled: Master switch. A disabled guard never steers, blocks or stops.
@@ -166,7 +168,7 @@ class LoopGuardConfig:
         ValueError: If a threshold is not an integer >= 1, or `warn_threshold >=
             block_threshold` (also for a tool's policy).
 
-    Example:
+    Examples:
         >>> LoopGuardConfig(warn_threshold=2, block_threshold=4).block_threshold
         4
         >>> LoopGuardConfig(warn_threshold=5, block_threshold=5)
@@ -218,7 +220,7 @@ class LoopGuardConfig:
     def pi(cls, **overrides: Any) -> LoopGuardConfig:
         """The Pi extension's behaviour exactly: every detector beyond it turned off.
 
-        Example:
+        Examples:
             >>> LoopGuardConfig.pi().detect_cycles
             False
         """
@@ -227,7 +229,7 @@ class LoopGuardConfig:
     def thresholds(self, tool: str) -> Thresholds:
         """The thresholds in force for one tool.
 
-        Example:
+        Examples:
             >>> LoopGuardConfig(tools={"poll": ToolPolicy(block_threshold=30)}).thresholds("poll")
             Thresholds(warn=3, block=30)
         """
@@ -243,7 +245,7 @@ class LoopGuardConfig:
         """The identical call of a steered call, in one request, that is blocked however
         spread out (see `backstop_threshold`).
 
-        Example:
+        Examples:
             >>> LoopGuardConfig(tools={"poll": ToolPolicy(block_threshold=30)}).backstop("poll")
             30
         """
@@ -261,7 +263,7 @@ class LoopGuardConfig:
         repeated after it asks a new question: the tool's policy, else `hint` (what
         its MCP annotations say), else its name (`state_changing_name`).
 
-        Example:
+        Examples:
             >>> config = LoopGuardConfig(tools={"deploy_check": ToolPolicy(changes_state=False)})
             >>> config.changes_state("write_file"), config.changes_state("deploy_check")
             (True, False)
@@ -277,7 +279,7 @@ class LoopGuardConfig:
         """Whether this tool runs commands, whose failures are exit statuses: its
         policy's `shell`, else its name (`bash`, `run_shell_command`, `execute`).
 
-        Example:
+        Examples:
             >>> LoopGuardConfig().is_shell("bash"), LoopGuardConfig().is_shell("read_file")
             (True, False)
         """
@@ -315,7 +317,7 @@ class LoopGuardConfig:
     def replace(self, **overrides: Any) -> LoopGuardConfig:
         """Return a copy with some fields replaced, validated like the constructor.
 
-        Example:
+        Examples:
             >>> LoopGuardConfig().replace(block_threshold=8).block_threshold
             8
         """
@@ -324,13 +326,15 @@ class LoopGuardConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LoopGuardConfig:
-        """Read the `LOOP_GUARD_*` variables (SPEC §6); unset ones keep their defaults.
+        """Read the `LOOP_GUARD_*` variables; unset ones keep their defaults.
+
+        See How the guard decides: configuration.
 
         An invalid value does not raise: like the Pi extension, the guard disables
         itself and logs one error naming the variable and the value, so the agent keeps
         running unguarded.
 
-        Example:
+        Examples:
             >>> env = {"LOOP_GUARD_BLOCK_THRESHOLD": "8", "LOOP_GUARD_IGNORE_TOOLS": "todo, bash"}
             >>> config = LoopGuardConfig.from_env(env)
             >>> config.block_threshold, sorted(config.ignore_tools)
@@ -404,7 +408,7 @@ def _name_words(tool: str) -> list[str]:
 def state_changing_name(tool: str) -> bool:
     """Whether a tool's name says it changes state (see `LoopGuardConfig.changes_state`).
 
-    Example:
+    Examples:
         >>> [state_changing_name(n) for n in ("str_replace", "can_send_mms", "bash")]
         [True, False, False]
     """
@@ -415,7 +419,7 @@ def state_changing_name(tool: str) -> bool:
 def shell_name(tool: str) -> bool:
     """Whether a tool's name says it runs commands (see `LoopGuardConfig.is_shell`).
 
-    Example:
+    Examples:
         >>> [shell_name(n) for n in ("run", "execute_bash", "run_speed_test")]
         [True, True, False]
     """
@@ -428,7 +432,7 @@ def annotation_hint(metadata: object) -> bool | None:
     `readOnlyHint: true` reads; `readOnlyHint: false` or `destructiveHint: true` may
     change state (MCP's defaults are silent on both, so their absence says nothing).
 
-    Example:
+    Examples:
         >>> annotation_hint({"readOnlyHint": True}), annotation_hint({"destructiveHint": True})
         (False, True)
         >>> annotation_hint(None) is None
@@ -586,7 +590,7 @@ def parse_setting(name: str, raw: str) -> Any:
     """A setting's value from its text, spelt as its `LOOP_GUARD_*` variable spells it;
     `ValueError` says what is wrong with the text.
 
-    Example:
+    Examples:
         >>> sorted(parse_setting("ignore_tools", "todo, bash"))
         ['bash', 'todo']
         >>> parse_setting("tools", '{"poll": {"block_threshold": 20}}')["poll"].block_threshold
@@ -603,7 +607,7 @@ def resolve_config(
     """Combine an explicit config or the environment with keyword overrides.
 
     Overrides are explicit arguments, so a mistake in them raises `ValueError` at once
-    (SPEC §6); the environment alone never raises.
+    (see How the guard decides: configuration); the environment alone never raises.
     """
     given: object = config  # checked at run time: callers may not be type-checked
     if given is not None and not isinstance(given, LoopGuardConfig):
@@ -631,7 +635,7 @@ def layered_config(
     replace disables the guard and logs one error, so the agent keeps running; with `strict`
     it raises `ValueError` instead (a scan by a disabled guard would find nothing).
 
-    Example:
+    Examples:
         >>> env = {"LOOP_GUARD_WARN_THRESHOLD": "2", "LOOP_GUARD_DETECT_CYCLES": "yes"}
         >>> config = layered_config({"block_threshold": 4}, env, base=LoopGuardConfig.pi())
         >>> config.warn_threshold, config.block_threshold, config.detect_cycles

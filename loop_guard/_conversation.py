@@ -40,7 +40,7 @@ class ConversationKey:
             the top-level graph): sibling subagents, an agent run inside a tool and
             parallel runs of one subagent are each a conversation of their own.
 
-    Example:
+    Examples:
         >>> str(ConversationKey("thread", "t-1", "worker:6f1c")), str(ConversationKey("run", "9"))
         ('t-1|worker:6f1c', 'run:9')
     """

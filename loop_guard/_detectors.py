@@ -177,7 +177,7 @@ STEERS: tuple[SteerDetector, ...] = (streak, returned, cycle, interleaved)
 def streak_block(
     config: LoopGuardConfig, state: RequestState, call: Call, args: str, found: Cycle | None
 ) -> Block | None:
-    """A call that would repeat the last step once too often (SPEC §3.2)."""
+    """A call that would repeat the last step once too often (see How the guard decides: block)."""
     last = state.last
     if (
         last is None

@@ -19,7 +19,7 @@ Glossary (one word per concept, in code and docs):
 - *step*: a counted (tool, args, result); *streak*: identical steps in a row; *lap*: one
   round of a cycle; *turn*: one request, from a user message on.
 - *steer*: the message that tells the model to change course, *pending* until delivered
-  (its event kind is `"warn"`, the grade's name in the SPEC and the Pi extension);
+  (its event kind is `"warn"`, the grade's name in the Pi extension);
   *block*: a refused call; *stop*: the end of a request, by *abort* (too many blocks) or
   *terminate*; *backstop*: the block of a steered call's Nth run however spread out.
 - *change*: a successful call of a tool that changes state, not one re-applied; *weak*
@@ -109,9 +109,12 @@ Verdict = tuple[RequestState, Proceed | Block | Stop, tuple[Decision, ...]]
 
 @final
 class Engine:
-    """SPEC §2-§4 and §8 as pure transitions over a `RequestState`, for one configuration.
+    """The guard's rules as pure transitions over a `RequestState`, for one configuration.
 
-    Example:
+    See How the guard decides: the streak, graded intervention, batches, and beyond the
+    Pi extension.
+
+    Examples:
         >>> engine = Engine(LoopGuardConfig())
         >>> state = RequestState()
         >>> result = Result.of("same")
@@ -164,7 +167,7 @@ class Engine:
         self._changing = {}
 
     def start_request(self, previous: RequestState | None, request_id: str | None) -> RequestState:
-        """A fresh state for a new request of a conversation (SPEC §5).
+        """A fresh state for a new request of a conversation (see How the guard decides: reset).
 
         Everything resets except what the detectors beyond Pi look back on: the steps
         each earlier turn counted (repeats across user turns) and the changes made.
@@ -178,7 +181,9 @@ class Engine:
         return RequestState(request_id=request_id, changes=previous.changes, turns=turns)
 
     def open_batch(self, state: RequestState, calls: Sequence[Call]) -> Transition:
-        """Declare the calls of one model response, in the model's order (SPEC §4).
+        """Declare the calls of one model response, in the model's order.
+
+        See How the guard decides: batches.
 
         Settles a batch still open from before. Calls already seen are skipped, so the
         same response may be declared by several adapters.
@@ -195,7 +200,9 @@ class Engine:
         return state, decisions
 
     def check_call(self, state: RequestState, call: Call) -> Verdict:
-        """Decide, before it runs, whether `call` may run (SPEC §3.2, §8).
+        """Decide, before it runs, whether `call` may run.
+
+        See How the guard decides: block, and beyond the Pi extension.
 
         Returns the new state, the verdict for this call, and the decisions reached on
         the way: a steer from settling the previous batch, this call's `Proceed` or
@@ -353,7 +360,8 @@ class Engine:
 
     def _follow_errors(self, state: RequestState, ran: Sequence[Entry]) -> tuple[str, ...]:
         """Follow the errors the tools of a settled batch returned, in the model's order
-        (SPEC §8 same error, any args); returns the tools found broken by this batch.
+        (see How the guard decides: same error, whatever the arguments); returns the tools found
+        broken by this batch.
 
         A tool whose last `same_error_threshold` calls returned the identical error, for
         varied args, fails whatever its input: its calls are then one call, whatever
@@ -476,7 +484,7 @@ class Engine:
 
     def _settle(self, state: RequestState) -> tuple[Decision, ...]:
         """Close the open batch of `state` (a private copy, changed in place): compare its
-        last call in the model's order with the last step (SPEC §4)."""
+        last call in the model's order with the last step (see How the guard decides: batches)."""
         entries = state.batch
         if not entries:
             return ()
@@ -491,7 +499,7 @@ class Engine:
             return (self._stop(state, entries[-1].call),)
         # The batch's last call in the model's order is compared; ignored calls and calls
         # without a result are invisible. A blocked last call changes nothing: a block
-        # never resets the streak (SPEC §3.2), even beside calls that ran.
+        # never resets the streak (see How the guard decides: block), even beside calls that ran.
         ran: list[Entry] = []
         counts_step = errors = changes = False
         changing = self._changing
@@ -542,7 +550,7 @@ class Engine:
         (whose result as returned is `variant`, when it was masked).
 
         Returns whether the step is a return to a call the model had been steered away
-        from (its streak then resumes, SPEC §8 ignored steering).
+        from (its streak then resumes; see How the guard decides: returns after a steer).
         """
         returned = False
         escalate = self.config.escalate_ignored

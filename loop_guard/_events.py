@@ -47,7 +47,7 @@ class GuardEvent:
             blocks), `'unknown_tool'` or `'same_error'`; `None` for stops and errors.
         call_id: The tool-call id of the call the event is about, when known.
 
-    Example:
+    Examples:
         >>> from loop_guard import Call, LoopGuard, Result
         >>> events = []
         >>> session = LoopGuard(on_event=events.append, warn_threshold=2).session("thread-1")
@@ -112,7 +112,7 @@ class GuardStats:
         errors: Events the guard failed on and let through unguarded.
         by_tool: The same counters per tool name (errors under `""`).
 
-    Example:
+    Examples:
         >>> from loop_guard import Call, LoopGuard, Proceed, Result
         >>> guard = LoopGuard(warn_threshold=1, block_threshold=2)
         >>> session = guard.session("t")
@@ -150,7 +150,7 @@ class Events:
     stops: logged, then sent to `on_event` and every subscribed sink. A failing
     receiver is logged, never passed on to the agent.
 
-    Example:
+    Examples:
         >>> from loop_guard import Call, Steer
         >>> events = Events(on_event=lambda event: print(event.kind, event.tool), limit=10)
         >>> events.publish("t", [Steer(call=Call.of("ls", {}), streak=2, message="Stop.")])
@@ -204,8 +204,9 @@ class Events:
 
         For adapters whose hooks other middleware may run again with the same input
         (a model call retried, or handed to a fallback model): the decisions they reach
-        again are published, and counted, once (SPEC §5). `turn` names the point of the
-        request the decisions were reached at (its request and counted steps).
+        again are published, and counted, once (see How the guard decides: reset and scope).
+        `turn` names the point of the request the decisions were reached at (its request
+        and counted steps).
         """
         fresh = []
         with self._lock:

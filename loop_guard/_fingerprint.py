@@ -1,4 +1,6 @@
-"""Fingerprints: what makes two calls or two results "the same" (SPEC §1).
+"""Fingerprints: what makes two calls or two results "the same".
+
+See How the guard decides: identity.
 
 Pure functions with no framework imports. `args_fingerprint` is canonical JSON, so key
 order never matters; `result_fingerprint` is a streaming SHA-256 of the result's text
@@ -60,7 +62,7 @@ def args_fingerprint(args: Any) -> str:
     Never raises: every value has a deterministic encoding (see the module docstring);
     an object that fails while being encoded is encoded by its type alone.
 
-    Example:
+    Examples:
         >>> args_fingerprint({"b": 1.0, "a": {"y": 2, "x": [1, 2]}})
         '{"a":{"x":[1,2],"y":2},"b":1}'
         >>> args_fingerprint({"a": 1, "b": 2}) == args_fingerprint({"b": 2, "a": 1})
@@ -325,7 +327,7 @@ def result_fingerprint(content: Any, *, is_error: bool = False) -> str:
     value, which is hashed through its canonical JSON. Long strings are hashed in
     chunks, never copied whole.
 
-    Example:
+    Examples:
         >>> result_fingerprint("ok") == result_fingerprint([{"type": "text", "text": "ok"}])
         True
         >>> result_fingerprint("ok") == result_fingerprint("ok", is_error=True)

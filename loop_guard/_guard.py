@@ -27,8 +27,8 @@ class LoopGuard:
     """Stop an agent that repeats the same tool call and gets the same result.
 
     One instance serves any number of concurrent conversations; each conversation's
-    state is kept under its key and reset at every new request (SPEC §5). A
-    conversation's transitions are its `session`'s: the adapters
+    state is kept under its key and reset at every new request (see How the guard
+    decides: reset and scope). A conversation's transitions are its `session`'s: the adapters
     (`LoopGuardMiddleware`, `LoopGuardCallbackHandler`, `guard_tools`, `LoopGuardNode`)
     are thin layers over them; call them directly to guard a custom agent loop.
 
@@ -41,9 +41,9 @@ class LoopGuard:
         **overrides: Any `LoopGuardConfig` field; wins over `config` and the environment.
 
     Raises:
-        ValueError: If an explicit argument is invalid (SPEC §6).
+        ValueError: If an explicit argument is invalid (see How the guard decides: configuration).
 
-    Example:
+    Examples:
         >>> guard = LoopGuard(block_threshold=4)
         >>> session = guard.session("thread-1")
         >>> session.start_request("request-1")
@@ -112,7 +112,7 @@ class LoopGuard:
         (`readOnlyHint`, `destructiveHint` in its `metadata`, as
         `langchain-mcp-adapters` sets them) say whether it changes state.
 
-        Example:
+        Examples:
             >>> guard = LoopGuard()
             >>> guard.add_tools(["read_file", "write_file"])
             >>> sorted(guard.tool_names or ())
@@ -171,7 +171,7 @@ class LoopGuard:
         when the caller says (`Session.publish`), once even when the caller runs the
         same transitions again on the same snapshot (a retried model call).
 
-        Example:
+        Examples:
             >>> guard = LoopGuard()
             >>> kept = guard.session("thread-1", {})  # the caller keeps a fresh state
             >>> kept.start_request("request-1")
@@ -336,7 +336,7 @@ class Session:
     decisions it reached (counted in `stats`, logged, sent to `on_event`; a caller-kept
     session's on `publish`), so an adapter only acts on what a method returns.
 
-    Example:
+    Examples:
         >>> guard = LoopGuard(warn_threshold=2)
         >>> session = guard.session("thread-1")
         >>> for n in range(2):
@@ -445,7 +445,10 @@ class Session:
         return self._engine.check_call(state, call)[1]
 
     def start_request(self, request_id: str) -> None:
-        """Begin a request, unless `request_id` is the current one (SPEC §5)."""
+        """Begin a request, unless `request_id` is the current one.
+
+        See How the guard decides: reset.
+        """
 
         def start(state: RequestState) -> tuple[RequestState, None, tuple[Decision, ...]]:
             if state.request_id == request_id:
@@ -461,7 +464,10 @@ class Session:
         self._events.forget(self.conversation)
 
     def open_batch(self, calls: Sequence[Call]) -> None:
-        """Declare the calls of one model response, in the model's order (SPEC §4)."""
+        """Declare the calls of one model response, in the model's order.
+
+        See How the guard decides: batches.
+        """
         self._run(lambda state: _no_value(self._engine.open_batch(state, calls)))
 
     def check_call(self, call: Call) -> Proceed | Block | Stop:

@@ -219,7 +219,7 @@ def is_postgres_url(source: str) -> bool:
 def display_name(source: Path | str) -> str:
     """A source as printed: a PostgreSQL URL without its password.
 
-    Example:
+    Examples:
         >>> display_name("postgresql://ops:s3cret@db.internal:5432/agents?password=s3cret")
         'postgresql://ops:***@db.internal:5432/agents?password=***'
     """

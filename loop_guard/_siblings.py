@@ -18,7 +18,7 @@ CLAIM_TIMEOUT = 5.0
 def original_of(call: Call, siblings: Sequence[Call]) -> Call | None:
     """The first identical sibling (model order) when `call` duplicates it, else `None`.
 
-    Example:
+    Examples:
         >>> a, b = Call.of("ls", {}, id="1"), Call.of("ls", {}, id="2")
         >>> original_of(b, [a, b]).id, original_of(a, [a, b])
         ('1', None)
@@ -71,7 +71,7 @@ class SharedRuns:
     start (at most `CLAIM_TIMEOUT` seconds, else it runs itself: fail open) and then
     for its output, an exception included. The entry goes once every duplicate has it.
 
-    Example:
+    Examples:
         >>> runs = SharedRuns()
         >>> runs.run_original(("t", "1"), 1, lambda: "result")
         'result'

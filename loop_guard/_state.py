@@ -101,7 +101,9 @@ class Failing(NamedTuple):
 
 
 class Step(NamedTuple):
-    """A counted (call, result) pair: the unit a streak is made of (SPEC §0, §2).
+    """A counted (call, result) pair: the unit a streak is made of.
+
+    See How the guard decides: words, and the streak.
 
     A tuple: steps are compared on every counted step, against the last one and the
     recent ones, and a tuple compares in C.
@@ -137,8 +139,8 @@ class RequestState:
     batch: tuple[Entry, ...] = ()
     batch_explicit: bool = False
     settled: tuple[Entry, ...] = ()  # the last settled batch: late siblings ask it
-    # Beyond Pi (SPEC §8): the last counted steps of the request, for cycles and
-    # interleaved repeats.
+    # Beyond Pi (see How the guard decides: beyond the Pi extension): the last counted steps
+    # of the request, for cycles and interleaved repeats.
     recent: tuple[Step, ...] = ()
     counted: int = 0  # steps counted in this request
     runs: tuple[int, ...] = ()  # per cycle period 2, 3, ...: steps matching one period back
@@ -180,7 +182,7 @@ class RequestState:
         snapshot is written at every model call and kept in every checkpoint. `"v"` is
         its shape's version (`SCHEMA_VERSION`), for `migrate`.
 
-        Example:
+        Examples:
             >>> RequestState(request_id="r-1", streak=2).to_dict()
             {'v': 1, 'request_id': 'r-1', 'streak': 2}
         """
@@ -307,7 +309,7 @@ def migrate(data: Mapping[str, Any], keys: Mapping[str, str] | None = None) -> M
     tool-call ids of the latest responses to their keys now (`_langchain.call_keys`);
     without it, such a call stays unknown to the state: a run on it is not counted.
 
-    Example:
+    Examples:
         >>> old = {"request_id": "r", "batch": [["call_1", "read", "f1", "allowed"]]}
         >>> migrate(old, {"call_1": "response-7#0"})["batch"]
         [['response-7#0', 'read', 'f1', 'allowed']]
@@ -357,7 +359,7 @@ def clone(state: RequestState) -> RequestState:
     Field by field, spelled out: it runs for every transition, and the keyword
     constructor (or `dataclasses.replace`) costs several times as much.
 
-    Example:
+    Examples:
         >>> from dataclasses import fields
         >>> state = RequestState(**{field.name: object() for field in fields(RequestState)})
         >>> copy = clone(state)

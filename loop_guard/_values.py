@@ -17,14 +17,16 @@ _set = object.__setattr__  # as a frozen dataclass's own __init__ sets its field
 StopKind = Literal["abort", "terminate"]
 """Why a request ended.
 
-- `'abort'`: `abort_threshold` calls were blocked within one request (SPEC §3.3).
-- `'terminate'`: `use_terminate` is on and every call of a batch was blocked (SPEC §3.4).
+- `'abort'`: `abort_threshold` calls were blocked within one request (see How the guard decides:
+  stop).
+- `'terminate'`: `use_terminate` is on and every call of a batch was blocked (see How
+  the guard decides: terminate).
 """
 
 Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool", "same_error"]
 """Which detector a steer or block came from.
 
-- `'repeat'`: the same call and result in a row (the streak, SPEC §2-§3).
+- `'repeat'`: the same call and result in a row (see How the guard decides: the streak).
 - `'cycle'`: a sequence of 2..`max_cycle_period` steps repeated lap after lap.
 - `'interleaved'`: the same call and result recurring with other calls between.
 - `'returned'`: the model went back to a call it had been steered away from (a
@@ -37,7 +39,9 @@ Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool", "
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Call:
-    """One tool call proposed by the model (SPEC §0), compared by name and fingerprint.
+    """One tool call proposed by the model, compared by name and fingerprint.
+
+    See How the guard decides: words.
 
     `id` is the model's tool call id, which the call's answer carries. `key` tells the
     call apart from every other call of the conversation: the engine knows calls by it.
@@ -45,7 +49,7 @@ class Call:
     none), so adapters key a call by its response and its position in it. A call with
     neither gets a fresh key, so it is always a call of its own.
 
-    Example:
+    Examples:
         >>> a = Call.of("read", {"path": "a.txt", "n": 1.0}, id="call_1")
         >>> a == Call.of("read", {"n": 1, "path": "a.txt"}, id="call_2")
         True
@@ -77,7 +81,7 @@ def make_call(tool: str, fingerprint: str, args: Any, id: str, key: str) -> Call
     packing of a class call, which costs more than setting the fields: `Call.of` and
     the engine's settling each make a call on every step.
 
-    Example:
+    Examples:
         >>> call = make_call("read", "f", {"n": 1}, "call_1", "k")
         >>> call == Call(tool="read", fingerprint="f"), call.args, call.id, call.key
         (True, {'n': 1}, 'call_1', 'k')
@@ -96,7 +100,7 @@ def make_call(tool: str, fingerprint: str, args: Any, id: str, key: str) -> Call
 class Result:
     """What a tool returned for a call, reduced to its fingerprint and error flag.
 
-    Example:
+    Examples:
         >>> Result.of("same text") == Result.of([{"type": "text", "text": "same text"}])
         True
         >>> Result.of("same text") == Result.of("same text", is_error=True)
@@ -146,7 +150,7 @@ def reports_error(content: Any) -> bool:
     """Whether a result's text opens by reporting an error (`"Error: ..."`): such a
     result is an error result, as if the tool had raised.
 
-    Example:
+    Examples:
         >>> reports_error("Error: flight HAT030 not available"), reports_error("0 errors")
         (True, False)
     """
@@ -216,7 +220,7 @@ class LoopGuardAbort(RuntimeError):
         stop: The `Stop` decision: its `kind`, the repeated `call`, `blocks`, and the
             `message` for the user.
 
-    Example:
+    Examples:
         >>> stop = Stop(kind="abort", call=Call.of("read", {}), message="why", streak=4, blocks=3)
         >>> str(LoopGuardAbort(stop))
         'why'

@@ -43,7 +43,7 @@ def normalize_volatile(text: str) -> str:
     ("ETA 90s", "ETA 60s" are the same): do not turn it on for a tool whose progress
     is a shrinking time; pass your own `normalizer` instead.
 
-    Example:
+    Examples:
         >>> normalize_volatile("job 3f2a9c1e-0b7d-4c1a-9e2f-5a6b7c8d9e0f took 12 ms, pid 4711")
         'job <uuid> took <duration>, pid <pid>'
         >>> normalize_volatile("at 2026-11-30T01:27:13Z, nonce=9f86d081884c7d65")
@@ -387,7 +387,7 @@ def mask_fresh(text: str) -> tuple[str, bool]:
 
     A result that equals another only once masked is a near-repeat, not a plain repeat.
 
-    Example:
+    Examples:
         >>> mask_fresh("Command still running (session sess-3, pid 1003)")
         ('Command still running (session <session>, pid <pid>)', True)
         >>> mask_fresh("3 of 10 done")
@@ -407,7 +407,7 @@ def normalize_fresh(text: str) -> str:
     changed identity (a conversation, thread, file or order id) still differ. A
     countdown ("ETA 90s") stays too. Never raises.
 
-    Example:
+    Examples:
         >>> normalize_fresh('{"ok": true, "messageId": "9f86d081884c7d65", "ts": 1764466033}')
         '{"messageId":"<id>","ok":true,"ts":"<time>"}'
         >>> normalize_fresh("3 passed in 0.12s")

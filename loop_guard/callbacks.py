@@ -87,7 +87,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
     Raises:
         ValueError: If `guard` is not a `LoopGuard` or `messages_key` is empty.
 
-    Example:
+    Examples:
         ```python
         guard = LoopGuard()
         handler = LoopGuardCallbackHandler(guard)

@@ -73,7 +73,7 @@ def create_guarded_deep_agent(
     Returns:
         The compiled deep agent, as `create_deep_agent` returns it.
 
-    Example:
+    Examples:
         ```python
         from loop_guard.deepagents import create_guarded_deep_agent
 

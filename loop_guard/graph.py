@@ -69,7 +69,7 @@ class LoopGuardNode:
     Raises:
         ValueError: At the first run, when the graph has no node named `next_node`.
 
-    Example:
+    Examples:
         ```python
         guard = LoopGuard()
         builder = StateGraph(MessagesState)

@@ -77,10 +77,8 @@ class LoopGuardState(AgentState[ResponseT]):
 
     Extends `AgentState` with the guard's per-request state, a JSON-safe snapshot kept
     in the thread's checkpoint, so a thread resumed in another process continues
-    exactly. It is reset at the start of every request.
-
-    Type Parameters:
-        ResponseT: The type of the structured response. Defaults to `Any`.
+    exactly. It is reset at the start of every request. Its type parameter, `ResponseT`,
+    is the type of the structured response (`Any` by default).
     """
 
     loop_guard: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
@@ -173,7 +171,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     def before_agent(
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
-        """Start a new request: everything resets but the recent steps (SPEC §5, §8)."""
+        """Start a new request: everything resets but the recent steps.
+
+        See How the guard decides: reset and scope, and beyond the Pi extension.
+        """
         session = self.guard.session(_conversation(state, runtime), _snapshot_of(state))
         session.start_request(uuid.uuid4().hex)
         return {"loop_guard": session.snapshot()}

@@ -128,7 +128,10 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
 
 
 def _requests(messages: Sequence[BaseMessage]) -> Iterator[Sequence[BaseMessage]]:
-    """Split a conversation at each user message: every request starts fresh (SPEC §5)."""
+    """Split a conversation at each user message: every request starts fresh.
+
+    See How the guard decides: reset.
+    """
     start = 0
     for index, message in enumerate(messages):
         if is_user_message(message) and index > start:

@@ -6,7 +6,7 @@ message with fresh tool call ids on every call, as a real model does: `create_ag
 tells calls apart by their ids. `stubborn`, `obedient` and `sequence` build the usual
 ones.
 
-Example:
+Examples:
     >>> from langchain_core.messages import HumanMessage
     >>> model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
     >>> reply = model.invoke([HumanMessage("Summarise notes.md")])
@@ -172,7 +172,7 @@ def capture_events(guard: LoopGuard) -> Iterator[list[GuardEvent]]:
     any thread; the list stops growing when the block ends. For the middleware, pass its
     guard (`middleware.guard`).
 
-    Example:
+    Examples:
         >>> from loop_guard import Call, LoopGuard, Result
         >>> guard = LoopGuard(warn_threshold=2)
         >>> with capture_events(guard) as events:

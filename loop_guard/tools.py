@@ -354,7 +354,7 @@ def guard_tools(
         TypeError: If `tools` is not a list of tools, functions or tool dicts, or
             `guard` is not a `LoopGuard`.
 
-    Example:
+    Examples:
         >>> from langchain_core.tools import tool
         >>> @tool
         ... def read_file(path: str) -> str:

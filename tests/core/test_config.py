@@ -1,4 +1,7 @@
-"""Configuration invariants from the environment and from arguments (SPEC §6)."""
+"""Configuration invariants from the environment and from arguments.
+
+See How the guard decides: configuration.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The detectors beyond the Pi extension (SPEC §8), on the engine directly."""
+"""The detectors beyond the Pi extension, on the engine directly.
+
+See How the guard decides: beyond the Pi extension.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The Pi extension's behaviour suite (SPEC §2-§5), ported to the engine directly."""
+"""The Pi extension's behaviour suite, ported to the engine directly.
+
+See How the guard decides: the streak, graded intervention, batches, reset and scope.
+"""
 
 from __future__ import annotations
 
@@ -147,7 +150,7 @@ def test_a_stop_drops_a_queued_steer() -> None:
 
 
 def test_everything_resets_at_a_new_request() -> None:
-    """Streak, blocks and the stop are per request (SPEC §5)."""
+    """Streak, blocks and the stop are per request (see How the guard decides: reset and scope)."""
     d = Driver()
     for _ in range(7):
         d.serial("read", {"path": "a"}, "same")
@@ -211,7 +214,7 @@ def test_ignored_tools_are_never_counted_blocked_or_resetting() -> None:
 
 
 def test_siblings_in_one_batch_do_not_count_against_each_other() -> None:
-    """Five identical calls in one response are one step (SPEC §4)."""
+    """Five identical calls in one response are one step (see How the guard decides: batches)."""
     d = Driver()
     assert d.batch([("read", {"path": "a"}, "same")] * 5) == ["Proceed"] * 5
     assert d.events == []

@@ -1,4 +1,5 @@
-"""Random conversations checked against a tiny, obviously-correct model of SPEC §2-§4."""
+"""Random conversations checked against a tiny, obviously-correct model of How the guard decides
+(the streak, graded intervention, batches)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ TOOLS = ["read", "ls", "todo"]
 
 @dataclass
 class Reference:
-    """SPEC §2-§4 written as plainly as possible, independent of the engine."""
+    """How the guard decides (the streak, graded intervention, batches), written as plainly
+    as possible, independent of the engine."""
 
     warn: int
     block: int

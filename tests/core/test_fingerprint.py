@@ -1,4 +1,4 @@
-"""Identity (SPEC §1): args fingerprints and result fingerprints."""
+"""Identity (see How the guard decides: identity): args fingerprints and result fingerprints."""
 
 from __future__ import annotations
 

@@ -348,6 +348,7 @@ def decisions(messages: Sequence[BaseMessage]) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("face", FACES)
 @settings(
     max_examples=25,

@@ -348,7 +348,8 @@ class ChatState(TypedDict):
 
 
 def test_a_state_with_its_own_messages_key() -> None:
-    """With messages under another key, requests are still told apart (SPEC §5)."""
+    """With messages under another key, requests are still told apart (see How the guard decides:
+    reset)."""
     guard = LoopGuard()
     runs = ToolRuns()
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
@@ -472,6 +473,7 @@ def test_a_wide_batch_is_fingerprinted_in_linear_time(
     assert counted == width
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("face", ["middleware", "wrapper+handler"])
 def test_a_summary_another_middleware_writes_is_not_a_new_request(face: str) -> None:
     """`SummarizationMiddleware` replaces old messages with a summary `HumanMessage`
@@ -730,6 +732,7 @@ def _steps_read(face: str, mode: Mode, earlier: int, steps: int) -> list[int]:
     return [_reads.per_step[step] for step in range(1, steps + 1)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
 @pytest.mark.parametrize("face", ["node", "tools"])
 def test_a_long_request_without_a_thread_costs_the_same_per_step(face: str, mode: Mode) -> None:

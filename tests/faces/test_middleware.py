@@ -124,7 +124,8 @@ def test_unknown_tool_called_repeatedly_is_stopped_without_crashing(mode: Mode) 
 
 @pytest.mark.parametrize("mode", ["invoke", "astream"])
 def test_identical_parallel_siblings_count_as_one_step(mode: Mode) -> None:
-    """Three identical calls per response: each response is one step (SPEC §4)."""
+    """Three identical calls per response: each response is one step (see How the guard
+    decides: batches)."""
     agent, model, runs = build(stubborn(READ_NOTES, READ_NOTES, READ_NOTES))
     messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, mode)
     # Four responses run in full; all three siblings of the fifth are blocked at once,
@@ -549,7 +550,8 @@ def test_a_model_call_run_again_by_other_middleware_publishes_each_decision_once
 ) -> None:
     """`ModelRetryMiddleware` or `ModelFallbackMiddleware` listed before the guard runs its
     `wrap_model_call` again after a failure: the steer decided on the first attempt is
-    decided again, and published once (SPEC §5): one warning in `stats`, not two."""
+    decided again, and published once (see How the guard decides: reset and scope): one warning
+    in `stats`, not two."""
     from langchain.agents.middleware import ModelFallbackMiddleware, ModelRetryMiddleware
 
     guard = LoopGuardMiddleware()

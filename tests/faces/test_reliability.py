@@ -82,7 +82,8 @@ def test_a_hostile_tool_result_does_not_crash_the_agent() -> None:
 
 
 def test_a_blocked_last_call_does_not_let_the_loop_restart() -> None:
-    """[read, list] repeated: once `list` is blocked it stays blocked (SPEC §3.2, §4)."""
+    """[read, list] repeated: once `list` is blocked it stays blocked (see How the guard
+    decides: block, and batches)."""
     runs = ToolRuns()
     model = ScriptedChatModel(script=stubborn(READ, ("list_dir", {"path": "."})))
     agent = create_agent(model, make_tools(runs), middleware=[LoopGuardMiddleware()])

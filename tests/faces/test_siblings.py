@@ -101,7 +101,8 @@ def test_a_failing_original_fails_its_duplicates_alike(face: str) -> None:
 @pytest.mark.parametrize("face", FACES)
 def test_shared_results_count_as_one_repeat_of_the_same_result(face: str) -> None:
     """Three responses of four identical siblings: the same streak as four serial calls
-    would give three times (SPEC §4: the batch's last call is compared)."""
+    would give three times (the batch's last call is compared: see How the guard
+    decides: batches)."""
     runs: Counter[str] = Counter()
     events: list[str] = []
     options = {"dedupe_siblings": True, "on_event": lambda e: events.append(e.kind)}

@@ -7,31 +7,28 @@ the tool the others use, as a reader copying them would.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import re
 from typing import Any
 
 from loop_guard import GUARD_NAME, Steer
 from tests.support import ROOT
+from tests.support.snippets import DEEPAGENTS, snippets
 
 README = ROOT / "README.md"
-SNIPPET = re.compile(r"```python\n(.*?)```", re.DOTALL)
 # `print(...)  # what it prints`: the comment is the start of the line printed.
 SHOWN = re.compile(r"^\s*print\(.*\)  # (.+)$", re.MULTILINE)
 STOP = "Stopped by loop_guard: the agent kept calling `read_file`"
-# deepagents needs Python 3.11, so its snippets run only where it is installed.
-DEEPAGENTS = importlib.util.find_spec("deepagents") is not None
 
 
 def test_every_readme_snippet_runs_and_prints_what_it_shows() -> None:
     """Each face ends the stubborn agent's request, the engine's session steers at the 3rd
     identical result, and each printed line starts as the snippet's comment says."""
-    snippets = SNIPPET.findall(README.read_text())
-    assert len(snippets) >= 5  # one per face
+    found = snippets(README)
+    assert len(found) >= 5  # one per face
     namespace: dict[str, Any] = {}
     printed: list[str] = []
-    for number, snippet in enumerate(snippets):
+    for number, snippet in enumerate(found):
         if "deepagents" in snippet and not DEEPAGENTS:
             continue
         out = io.StringIO()

@@ -157,8 +157,9 @@ def test_reused_tool_call_ids_are_paired_by_position(tmp_path: Path) -> None:
 
 
 def test_each_user_message_starts_a_new_request(tmp_path: Path) -> None:
-    """Two identical calls per request never add up to a streak across requests (SPEC
-    §5); a third request making them would be a repeat across turns."""
+    """Two identical calls per request never add up to a streak across requests (see How
+    the guard decides: reset and scope); a third request making them would be a repeat
+    across turns."""
     messages = []
     for turn in range(2):
         messages += openai_loop(2)

@@ -510,6 +510,7 @@ def hostile_source(
     return url
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", PAYLOADS)
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_checkpoint_database_never_runs_code_stored_in_it(
@@ -636,6 +637,7 @@ def agent_database(tmp_path: Path) -> Path:
     return database
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("source", "extra", "package"),
     [
@@ -659,6 +661,7 @@ def test_a_base_install_names_the_extra_a_reader_needs(
     assert "good.json" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", ["sqlite", "postgres"])
 def test_each_extra_brings_what_its_reader_needs(
     extra: str, project_wheel: Path, agent_database: Path, tmp_path: Path,
