@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -26,11 +26,20 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from loop_guard._guard import LoopGuard
-from loop_guard._langchain import BLOCK_MARK, FINAL_ANSWER_MARK, STEER_MARK, is_marked
+from loop_guard._langchain import (
+    BLOCK_MARK,
+    DUPLICATE_MARK,
+    FINAL_ANSWER_MARK,
+    STEER_MARK,
+    is_marked,
+)
 from loop_guard._messages import GUARD_NAME
 from loop_guard.graph import LoopGuardNode
-from loop_guard.testing import ScriptedChatModel, sequence, stubborn
+from loop_guard.testing import ScriptedChatModel, capture_events, sequence, stubborn
 from loop_guard.tools import guard_tools
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 TASK = "Summarise notes.md for me."
 UNGUARDED_LIMIT = 200
@@ -150,6 +159,214 @@ def _model_calls(model: BaseChatModel, messages: Sequence[BaseMessage]) -> int:
     if isinstance(model, ScriptedChatModel):
         return model.calls
     return sum(isinstance(m, AIMessage) and m.name != GUARD_NAME for m in messages)
+
+
+@dataclass(frozen=True)
+class ChartRun:
+    """One run of the stubborn agent, model call by model call."""
+
+    tool_runs: tuple[int, ...]
+    """Tool runs so far after each model call: `tool_runs[0]` after the 1st."""
+    model_calls: int
+    ended_by: str
+
+
+@dataclass(frozen=True)
+class DemoChart:
+    """What the demo's chart shows: both runs, and where the guard stepped in.
+
+    The interventions are the model calls whose tool call the guard's own events name
+    (`GuardEvent.call_id`), numbered from 1 like `ChartRun.tool_runs`.
+    """
+
+    unguarded: ChartRun
+    guarded: ChartRun
+    steers: tuple[int, ...]
+    blocks: tuple[int, ...]
+    stop: int | None
+
+
+def chart_data() -> DemoChart:
+    """Run the stubborn agent without and with `LoopGuardMiddleware`, as the demo does."""
+    from loop_guard.middleware import LoopGuardMiddleware
+
+    unguarded = run_agent(ScriptedChatModel(script=STUBBORN), [], limit=UNGUARDED_LIMIT)
+    middleware = LoopGuardMiddleware()
+    with capture_events(middleware.guard) as events:
+        guarded = run_agent(ScriptedChatModel(script=STUBBORN), [middleware])
+    made_by = _model_call_of_each_tool_call(guarded.messages)
+
+    def model_calls(*kinds: str) -> tuple[int, ...]:
+        return tuple(
+            made_by[event.call_id]
+            for event in events
+            if event.kind in kinds and event.call_id in made_by
+        )
+
+    stops = model_calls("abort", "terminate")
+    return DemoChart(
+        unguarded=_chart_run(unguarded),
+        guarded=_chart_run(guarded),
+        steers=model_calls("warn"),
+        blocks=model_calls("block"),
+        stop=stops[0] if stops else None,
+    )
+
+
+def _model_call_of_each_tool_call(messages: Sequence[BaseMessage]) -> dict[str, int]:
+    """Each tool call's id, and the model call (from 1) whose reply made it."""
+    replies = [m for m in messages if isinstance(m, AIMessage) and m.name != GUARD_NAME]
+    return {
+        call["id"]: number
+        for number, reply in enumerate(replies, start=1)
+        for call in reply.tool_calls
+        if call["id"] is not None
+    }
+
+
+def _chart_run(outcome: Outcome) -> ChartRun:
+    made_by = _model_call_of_each_tool_call(outcome.messages)
+    runs_by_call = Counter(
+        made_by[m.tool_call_id]
+        for m in outcome.messages
+        if isinstance(m, ToolMessage)
+        and m.tool_call_id in made_by
+        and not is_marked(m, BLOCK_MARK)
+        and not is_marked(m, DUPLICATE_MARK)
+    )
+    cumulative: list[int] = []
+    for number in range(1, outcome.model_calls + 1):
+        cumulative.append((cumulative[-1] if cumulative else 0) + runs_by_call[number])
+    return ChartRun(tuple(cumulative), outcome.model_calls, outcome.ended_by)
+
+
+GUARDED_COLOUR = "#1f6fb4"
+UNGUARDED_COLOUR = "#d1495b"
+STEER_COLOUR = "#e69f00"
+STOP_COLOUR = "#2d2d2d"
+
+
+def plot_demo(ax: Axes, chart: DemoChart | None = None) -> DemoChart:
+    """Draw the demo on `ax`: tool runs per model call, without and with the guard.
+
+    The guarded run is shown in full, and the runaway for twice as long, with what it
+    cost in the end. Needs matplotlib (in the `dev` extra); returns the data drawn.
+    """
+    chart = chart_data() if chart is None else chart
+    guarded, unguarded = chart.guarded, chart.unguarded
+    shown = min(unguarded.model_calls, 2 * guarded.model_calls)
+    calls = range(1, shown + 1)
+    # Drawn over the guarded line, thinner: where the two runs agree, both show.
+    ax.plot(
+        calls,
+        unguarded.tool_runs[:shown],
+        color=UNGUARDED_COLOUR,
+        linewidth=2,
+        marker="o",
+        markersize=3.5,
+        label="without loop_guard",
+        zorder=3,
+    )
+    limit = "recursion limit" in unguarded.ended_by
+    ax.annotate(
+        f"unguarded: {unguarded.model_calls} model calls, {unguarded.tool_runs[-1]} tool "
+        f"runs\n({'recursion limit' if limit else unguarded.ended_by})",
+        xy=(shown + 0.45, unguarded.tool_runs[shown - 1] + 0.45),
+        xytext=(shown - 0.6, unguarded.tool_runs[shown - 1] + 1.2),
+        ha="right",
+        va="center",
+        color=UNGUARDED_COLOUR,
+        fontweight="bold",
+        arrowprops={"arrowstyle": "-|>", "color": UNGUARDED_COLOUR, "linewidth": 1.6},
+        annotation_clip=False,
+    )
+    ax.plot(
+        range(1, guarded.model_calls + 1),
+        guarded.tool_runs,
+        color=GUARDED_COLOUR,
+        linewidth=5,
+        marker="o",
+        markersize=8,
+        label="with LoopGuardMiddleware",
+        zorder=2,
+    )
+
+    def runs_at(call: int) -> int:
+        return guarded.tool_runs[call - 1]
+
+    ax.scatter(
+        chart.steers,
+        [runs_at(call) for call in chart.steers],
+        s=220,
+        marker="^",
+        color=STEER_COLOUR,
+        edgecolor="white",
+        linewidth=1.2,
+        label="steer: told to change course",
+        zorder=4,
+    )
+    for call in chart.steers:
+        ax.annotate(
+            "steer",
+            xy=(call, runs_at(call)),
+            xytext=(call - 0.9, runs_at(call) + 2.4),
+            color=STEER_COLOUR,
+            fontweight="bold",
+            ha="center",
+            arrowprops={"arrowstyle": "-", "color": STEER_COLOUR},
+        )
+    ax.scatter(
+        chart.blocks,
+        [runs_at(call) for call in chart.blocks],
+        s=120,
+        marker="X",
+        color=GUARDED_COLOUR,
+        edgecolor="white",
+        linewidth=1,
+        label="blocked: the call was not run",
+        zorder=4,
+    )
+    if chart.blocks:
+        first, last = min(chart.blocks), max(chart.blocks)
+        ax.annotate(
+            f"calls {first}\N{EN DASH}{last} refused" if last > first else f"call {first} refused",
+            xy=((first + last) / 2, runs_at(last)),
+            xytext=((first + last) / 2 - 0.15, runs_at(last) - 0.9),
+            color=GUARDED_COLOUR,
+            ha="center",
+            va="top",
+        )
+    if chart.stop is not None:
+        ax.vlines(
+            chart.stop,
+            0,
+            runs_at(chart.stop) + 1.5,
+            color=STOP_COLOUR,
+            linestyle=(0, (4, 3)),
+            linewidth=1.4,
+            label="stop: the request ended",
+            zorder=1,
+        )
+        ax.annotate(
+            f"stop: {guarded.model_calls} model calls,\n{guarded.tool_runs[-1]} tool runs",
+            xy=(chart.stop, runs_at(chart.stop)),
+            xytext=(chart.stop + 0.3, runs_at(chart.stop) - 1.6),
+            color=STOP_COLOUR,
+            fontweight="bold",
+            ha="left",
+            va="center",
+        )
+    ax.set_xlim(0.4, shown + 0.6)
+    ax.set_ylim(0, unguarded.tool_runs[shown - 1] + 2.5)
+    ax.set_xticks(list(calls))
+    ax.set_xlabel("model call")
+    ax.set_ylabel("tool runs (cumulative)")
+    ax.set_title("A stubborn agent re-reading a missing file", loc="left", fontweight="bold")
+    ax.grid(axis="y", color="#e5e5e5", linewidth=0.8)
+    ax.set_axisbelow(True)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(loc="upper left", frameon=False)
+    return chart
 
 
 def print_timeline(outcome: Outcome, paint: Palette, out: TextIO, *, limit: int = 40) -> None:

@@ -13,7 +13,7 @@ NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
 
 @pytest.mark.timeout(600)
 def test_quickstart_notebook_executes() -> None:
-    """Every cell runs; the plot is drawn and the guard's stop is printed."""
+    """Every cell runs; the chart is drawn from the guard's events and says what it did."""
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(notebook, timeout=300, kernel_name="python3").execute()
     outputs = [
@@ -25,7 +25,9 @@ def test_quickstart_notebook_executes() -> None:
     text = "".join(outputs)
     assert "model calls: 7, tool runs: 4" in text
     assert "call   7: abort" in text
-    assert "blocked calls: [5, 6, 7] - stopped: abort" in text
+    assert "guarded: 7 model calls, 4 tool runs" in text
+    assert "steer after model call 3, blocked model calls [5, 6, 7]" in text
+    assert "stop at model call 7; unguarded: 100 model calls" in text
     images = [
         output for cell in notebook.cells for output in cell.get("outputs", [])
         if "image/png" in output.get("data", {})

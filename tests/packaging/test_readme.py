@@ -1,24 +1,50 @@
-"""The README's Python snippets run as written, given the names a user would have.
+"""The README's Python snippets run as written, and print what their comments say.
 
-Snippets fenced as `py` instead of `python` talk to a served agent; `tests/deploy/test_server.py`
-runs that code against `langgraph dev`.
+They run in order in one namespace that starts empty: the first defines the scripted model and
+the tool the others use, as a reader copying them would.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
+from typing import Any
+
+from loop_guard import GUARD_NAME, Steer
 from tests.support import ROOT
-from tests.support.snippets import run_snippets, snippets, user_namespace
+from tests.support.snippets import DEEPAGENTS, snippets
 
 README = ROOT / "README.md"
+# `print(...)  # what it prints`: the comment is the start of the line printed.
+SHOWN = re.compile(r"^\s*print\(.*\)  # (.+)$", re.MULTILINE)
+STOP = "Stopped by loop_guard: the agent kept calling `read_file`"
 
 
-def test_every_readme_snippet_runs() -> None:
-    """Executed in order in one namespace holding a model, tools and the like."""
-    assert len(snippets(README)) >= 5
-    namespace = user_namespace()
-    run_snippets(README, namespace)
-    graph = namespace["graph"]
-    answer = graph.invoke(namespace["inputs"], {"configurable": {"thread_id": "readme"}})
-    assert answer["messages"][-1].content == "Giving up on that; here is my answer."
-    assert any(m.name == "loop_guard" for m in answer["messages"])
-    assert namespace["steer"] is None  # one call is no streak
+def test_every_readme_snippet_runs_and_prints_what_it_shows() -> None:
+    """Each face ends the stubborn agent's request, the engine's session steers at the 3rd
+    identical result, and each printed line starts as the snippet's comment says."""
+    found = snippets(README)
+    assert len(found) >= 5  # one per face
+    namespace: dict[str, Any] = {}
+    printed: list[str] = []
+    for number, snippet in enumerate(found):
+        if "deepagents" in snippet and not DEEPAGENTS:
+            continue
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(snippet, f"{README}, snippet {number + 1}", "exec"), namespace)
+        lines = out.getvalue().splitlines()
+        shown = SHOWN.findall(snippet)
+        assert len(lines) == len(shown), (snippet, lines)
+        for line, start in zip(lines, shown, strict=True):
+            assert line.startswith(start), (line, start)
+        if number == 0:  # the middleware, as in the demo: 7 model calls
+            assert namespace["model"].calls == 7
+        printed += lines
+    stops = [line for line in printed if line.startswith(STOP)]
+    assert len(stops) == (4 if DEEPAGENTS else 3)  # middleware, graph, handler, deep agent
+    assert namespace["result"]["messages"][-1].name == GUARD_NAME
+    steer = namespace["steer"]
+    assert isinstance(steer, Steer)
+    assert steer.streak == 3
