@@ -199,7 +199,7 @@ class Pool:
     def stops_late(self) -> bool:
         """Before 3.11 the handler never sees create_agent's async model calls (no run
         context for asyncio tasks): the guarded tool raises the stop instead, at the call
-        the next model response makes, one model call later (README, "Supported versions")."""
+        the next model response makes, one model call later (docs/supported-versions.md)."""
         return self.face == "handler" and self.mode == "async" and sys.version_info < (3, 11)
 
     def pair(self) -> tuple[Worker, Worker]:

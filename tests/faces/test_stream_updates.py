@@ -1,5 +1,5 @@
-"""`stream_mode="updates"`: read as the README shows, the chunks hold every message the
-guard adds, the refusals and the stop included, sync and async."""
+"""`stream_mode="updates"`: read as docs/middleware.md shows, the chunks hold every message
+the guard adds, the refusals and the stop included, sync and async."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ READ_NOTES = ("read_file", {"path": "notes.md"})
 
 
 def messages_in(chunks: list[dict[str, Any]]) -> list[BaseMessage]:
-    """Every message of every node's update, a list of updates included (the README's loop)."""
+    """Every message of every node's update, a list of updates included (the docs' loop)."""
     found: list[BaseMessage] = []
     for chunk in chunks:
         for update in chunk.values():

@@ -180,7 +180,7 @@ async def run(graph: Any, mode: str, config: Any = None) -> dict[str, Any]:
     return await graph.ainvoke(payload, config)
 
 
-STATE_KEY = "loop_guard_state"  # README: the record in `response_metadata`
+STATE_KEY = "loop_guard_state"  # docs/deploying.md: the record in `response_metadata`
 
 
 def without_ids(state: dict[str, Any]) -> dict[str, Any]:

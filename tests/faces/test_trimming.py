@@ -139,7 +139,7 @@ def test_a_record_that_does_not_parse_is_passed_over(record: Any) -> None:
 
     from loop_guard._conversation import ConversationKey, session_for
 
-    STATE_KEY = "loop_guard_state"  # README: the record in `response_metadata`
+    STATE_KEY = "loop_guard_state"  # docs/deploying.md: the record in `response_metadata`
 
     def history(metadata: dict[str, Any]) -> list[BaseMessage]:
         call = {"name": "ls", "args": {}, "id": "call_0"}
