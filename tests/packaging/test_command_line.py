@@ -4,28 +4,14 @@ and JSON Lines files with a broken line."""
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 import loop_guard
-from loop_guard import cli
-from tests.scan.test_scan import openai_healthy, openai_loop
-
-
-def scan(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    original = (sys.stdout, sys.stderr)
-    sys.stdout, sys.stderr = out, err
-    try:
-        status = cli.main(["scan", *args])
-    finally:
-        sys.stdout, sys.stderr = original
-    return status, out.getvalue(), err.getvalue()
+from tests.scan.test_scan import openai_healthy, openai_loop, scan, write
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:
@@ -90,11 +76,6 @@ def test_an_app_that_never_configured_logging_gets_no_stray_warning() -> None:
     assert configured.returncode == 0, configured.stderr
     assert "loop guard abort: tool=read_file" in configured.stderr
     assert "loop guard warn: tool=read_file" in configured.stderr
-
-
-def write(path: Path, data: Any) -> Path:
-    path.write_text(json.dumps(data))
-    return path
 
 
 def test_a_flagged_conversation_is_not_hidden_by_an_unreadable_file(tmp_path: Path) -> None:
