@@ -1,11 +1,12 @@
 """What the LangChain faces do with the guard beyond one transition: send its events to
 the sinks, read a batch's results (reporting those that cannot be read) and share one
-run among identical siblings. The codec they use is `_langchain.py`, which knows no
-guard."""
+run among identical siblings, and say when a stopped request's final answer failed. The
+codec they use is `_langchain.py`, which knows no guard."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
@@ -20,6 +21,8 @@ from loop_guard._langchain_sink import dispatch_event
 from loop_guard._siblings import original_of, original_output
 from loop_guard._values import Call, Result
 
+logger = logging.getLogger("loop_guard")
+
 
 def attach_sinks(guard: LoopGuard) -> None:
     """Send the guard's events where a LangChain run's other events go (custom events,
@@ -27,6 +30,17 @@ def attach_sinks(guard: LoopGuard) -> None:
     guard.subscribe(dispatch_event)
     if _otel_sink.AVAILABLE:
         guard.subscribe(_otel_sink.record_event)
+
+
+def final_answer_failed(error: BaseException) -> None:
+    """Log that the model call for a stopped request's final answer failed: the request
+    ends with the guard's message instead (`exit_behavior="answer"`, `LoopGuardNode(model=...)`)."""
+    logger.warning(
+        "loop guard: the final answer of a stopped request failed (%s: %s); the request "
+        "ends with the guard's message",
+        type(error).__name__,
+        error,
+    )
 
 
 def results_of(

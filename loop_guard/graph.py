@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ from typing_extensions import assert_never
 
 from loop_guard import _messages
 from loop_guard._conversation import conversation_for, session_for
-from loop_guard._faces import attach_sinks, results_of
+from loop_guard._faces import attach_sinks, final_answer_failed, results_of
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
@@ -32,8 +31,6 @@ from loop_guard._langchain import (
     stop_messages,
 )
 from loop_guard._values import Block, Call, Proceed, Steer, Stop
-
-logger = logging.getLogger("loop_guard")
 
 
 class LoopGuardNode:
@@ -193,7 +190,7 @@ class LoopGuardNode:
                 answered = [answer is not None for answer in paired]
                 ending = [*corrections, *stop_messages(ai_message, answered, stop)]
                 if self.model is not None:
-                    ending = self._answered(messages, ending, stop, config)
+                    ending = self._answered(self.model, messages, ending, stop, config)
                 return Command(goto=END, update={self.messages_key: ending})
             case Steer() as steer:
                 corrections.append(HumanMessage(content=steer.message, name=_messages.GUARD_NAME))
@@ -205,17 +202,16 @@ class LoopGuardNode:
             return Command(goto=self.next_node)
         return Command(goto=self.next_node, update={self.messages_key: corrections})
 
+    @staticmethod
     def _answered(
-        self,
+        model: Runnable[LanguageModelInput, BaseMessage],
         messages: Sequence[BaseMessage],
         ending: list[AnyMessage],
         stop: Stop,
         config: RunnableConfig,
     ) -> list[AnyMessage]:
-        """The stop's messages with the model's final answer in place of the guard's
-        message, when the model gives one (see `model`)."""
-        if self.model is None:
-            return ending
+        """The stop's messages with `model`'s final answer in place of the guard's
+        message, when it gives one (see `LoopGuardNode`'s `model`)."""
         request = answer_request(stop)
         *before, _ = ending
         # What the model sees: the history with the withheld results in place (they
@@ -227,16 +223,11 @@ class LoopGuardNode:
         history = [corrected.get(message.id, message) for message in messages]
         added = [message for message in before if message.id not in present]
         try:
-            reply = self.model.invoke([*history, *added, request], config)
+            reply = model.invoke([*history, *added, request], config)
         except GraphBubbleUp:
             raise
         except Exception as error:  # the model's fault, not the user's: end as without it
-            logger.warning(
-                "loop guard: the final answer of a stopped request failed (%s: %s); the "
-                "request ends with the guard's message",
-                type(error).__name__,
-                error,
-            )
+            final_answer_failed(error)
             return ending
         answer = final_answer(reply)
         return ending if answer is None else [*before, request, answer]

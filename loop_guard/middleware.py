@@ -29,7 +29,13 @@ from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._conversation import ConversationKey, thread_of
 from loop_guard._events import GuardEvent
-from loop_guard._faces import ashared_run, attach_sinks, results_of, shared_run
+from loop_guard._faces import (
+    ashared_run,
+    attach_sinks,
+    final_answer_failed,
+    results_of,
+    shared_run,
+)
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     answer_request,
@@ -581,12 +587,7 @@ class _Turn(Generic[ResponseT]):
         if self.response is None or isinstance(error, GraphBubbleUp):
             return False
         if self.asking is not None:
-            logger.warning(
-                "loop guard: the final answer of a stopped request failed (%s: %s); the "
-                "request ends with the guard's message",
-                type(error).__name__,
-                error,
-            )
+            final_answer_failed(error)
             return True
         logger.warning(
             "loop guard: asking the model again after a refusal failed (%s: %s); "
