@@ -60,6 +60,7 @@ state, not one per field it touches.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import cast, final
 
 from loop_guard import _messages
@@ -83,9 +84,12 @@ from loop_guard._state import (
     position,
 )
 from loop_guard._values import (
+    NO_COST,
     Block,
     Call,
+    Charge,
     Decision,
+    LoopCost,
     Proceed,
     Result,
     Steer,
@@ -125,8 +129,8 @@ class Engine:
         ...     print(n, type(verdict).__name__, [type(d).__name__ for d in decisions])
         1 Proceed []
         2 Proceed []
-        3 Proceed ['Steer']
-        4 Proceed []
+        3 Proceed ['Charge', 'Steer']
+        4 Proceed ['Charge']
         >>> type(engine.check_call(state, Call.of("read", {"path": "a"}))[1]).__name__
         'Block'
     """
@@ -180,13 +184,14 @@ class Engine:
             turns = (*turns, steps)[-TURNS_KEPT:]
         return RequestState(request_id=request_id, changes=previous.changes, turns=turns)
 
-    def open_batch(self, state: RequestState, calls: Sequence[Call]) -> Transition:
+    def open_batch(self, state: RequestState, calls: Sequence[Call], tokens: int = 0) -> Transition:
         """Declare the calls of one model response, in the model's order.
 
         See How the guard decides: batches.
 
         Settles a batch still open from before. Calls already seen are skipped, so the
-        same response may be declared by several adapters.
+        same response may be declared by several adapters. `tokens` is what the response
+        cost (its `usage_metadata`), charged if it turns out to be part of a loop.
         """
         if not self.config.enabled or state.stopped is not None:
             return state, ()
@@ -197,6 +202,7 @@ class Engine:
         decisions = self._settle(state)
         state.batch = tuple(map(Entry, fresh))
         state.batch_explicit = True
+        state.batch_tokens = tokens
         return state, decisions
 
     def check_call(self, state: RequestState, call: Call) -> Verdict:
@@ -215,7 +221,7 @@ class Engine:
         return self._check_call(state, call, state)
 
     def check_batch(
-        self, state: RequestState, calls: Sequence[Call]
+        self, state: RequestState, calls: Sequence[Call], tokens: int = 0
     ) -> tuple[RequestState, list[Proceed | Block | Stop], tuple[Decision, ...]]:
         """Declare one model response and check all its calls at once, in its order.
 
@@ -224,7 +230,7 @@ class Engine:
         stop also refuses the siblings that come before the stopping call.
         """
         given = state
-        state, decisions = self.open_batch(state, calls)
+        state, decisions = self.open_batch(state, calls, tokens)
         verdicts: list[Proceed | Block | Stop] = []
         for call in calls:
             state, verdict, checked = self._check_call(state, call, given)
@@ -232,7 +238,12 @@ class Engine:
             decisions = (*decisions, *checked)
         if state.stopped is not None:  # siblings allowed before the stop never run
             for index, call in enumerate(calls):
-                state, verdicts[index], _ = self._check_call(state, call, given)
+                state, verdicts[index], refused = self._check_call(state, call, given)
+                decisions = (*decisions, *refused)
+            # The stop tells what the request cost, its refused siblings included.
+            decisions = tuple(
+                replace(d, cost=state.cost) if isinstance(d, Stop) else d for d in decisions
+            )
         return state, verdicts, decisions
 
     def record_result(self, state: RequestState, call: Call, result: Result) -> Transition:
@@ -337,8 +348,10 @@ class Engine:
                 )
                 if state is given:
                     state = clone(state)
+                # Refused once: a sibling asking again is no new saving.
+                refused = (_charge(state, call, _REFUSED),) if entry.unanswered else ()
                 _answer(state, index, call, NOT_RUN, not_run)
-                return state, not_run, ()
+                return state, not_run, refused
         if entry is not None and entry.outcome is not None:  # decided before
             return state, Proceed(call=call) if entry.block is None else entry.block, ()
         if state is given:
@@ -350,13 +363,17 @@ class Engine:
             _answer(state, index, call, ALLOWED)
             return state, proceed, (*decisions, proceed)
         state.blocks = block.blocks
+        refused = _charge(state, call, _REFUSED)
+        block = replace(block, cost=state.cost)
         _answer(state, index, call, BLOCKED, block)
         if state.blocks >= config.abort_threshold:
             _stop_request(state, "abort", call.tool)
-            return state, block, (*decisions, block, self._stop(state, call))
+            # The stopping response is never settled: its model call is charged now.
+            spent = _pay(state, call, _response(state), intervened=True, repeat=True)
+            return state, block, (*decisions, refused, block, *spent, self._stop(state, call))
         if _complete(state.batch):
-            return state, block, (*decisions, block, *self._settle(state))
-        return state, block, (*decisions, block)
+            return state, block, (*decisions, refused, block, *self._settle(state))
+        return state, block, (*decisions, refused, block)
 
     def _follow_errors(self, state: RequestState, ran: Sequence[Entry]) -> tuple[str, ...]:
         """Follow the errors the tools of a settled batch returned, in the model's order
@@ -496,17 +513,20 @@ class Engine:
             return ()
         if config.use_terminate and all(e.outcome is BLOCKED for e in entries):
             _stop_request(state, "terminate", entries[-1].call.tool)
-            return (self._stop(state, entries[-1].call),)
+            last_call = entries[-1].call
+            paid = _pay(state, last_call, _response(state, ()), intervened=True, repeat=True)
+            return (*paid, self._stop(state, last_call))
         # The batch's last call in the model's order is compared; ignored calls and calls
         # without a result are invisible. A blocked last call changes nothing: a block
         # never resets the streak (see How the guard decides: block), even beside calls that ran.
         ran: list[Entry] = []
-        counts_step = errors = changes = False
+        counts_step = errors = changes = refused = False
         changing = self._changing
         for entry in entries:
             outcome = entry.outcome
             if outcome is BLOCKED:
                 counts_step = False
+                refused = True
             elif isinstance(outcome, Answer):
                 counts_step = True
                 ran.append(entry)
@@ -525,6 +545,7 @@ class Engine:
             for sibling in siblings:
                 state.steered = _counted(state.steered, self._step_of(state, sibling))
         steer = None
+        repeat = False
         if counts_step:
             last = ran[-1]
             answer = cast(Answer, last.outcome)  # `ran` holds answered entries only
@@ -533,9 +554,24 @@ class Engine:
             if change == len(ran) - 1:  # the counted step is the change: after it, new ground
                 state.since_change = 0
             steer = self._steer(state, step, ran[-1].call, returned)
+            repeat = (
+                state.streak > 1
+                or returned
+                or any(state.runs)
+                or any(entry.step == step for entry in state.steered)
+            )
         if broken:
             steer = steer_broken(config, state, broken, ran, steer)
-        return () if steer is None else (steer,)
+        intervened = refused or steer is not None
+        spent: tuple[Decision, ...] = ()
+        if intervened or repeat or state.looping or state.unpaid:
+            response = _response(state, ran) if intervened or repeat else NO_COST
+            spent = _pay(state, entries[-1].call, response, intervened=intervened, repeat=repeat)
+        state.batch_tokens = 0
+        if steer is None:
+            return spent
+        steer = state.steer = replace(steer, cost=state.cost)
+        return (*spent, steer)
 
     def _step(self, state: RequestState, call: Call, answer: Answer) -> Step:
         """The step a call that ran makes, as the detectors compare it."""
@@ -637,7 +673,14 @@ class Engine:
             if kind == "abort"
             else _messages.terminate_text(state.stop_tool)
         )
-        return Stop(kind=kind, call=call, message=message, streak=state.streak, blocks=state.blocks)
+        return Stop(
+            kind=kind,
+            call=call,
+            message=message,
+            streak=state.streak,
+            blocks=state.blocks,
+            cost=state.cost,
+        )
 
 
 def _complete(batch: tuple[Entry, ...]) -> bool:
@@ -702,6 +745,41 @@ def _without_args(entry: Entry) -> Entry:
     return Entry(
         make_call(call.tool, call.fingerprint, None, call.id, call.key), entry.outcome, entry.block
     )
+
+
+_REFUSED = LoopCost(tool_runs_saved=1)
+
+
+def _charge(state: RequestState, call: Call, cost: LoopCost) -> Charge:
+    """Add `cost` to what the request's loops cost."""
+    state.cost = state.cost + cost
+    return Charge(call=call, cost=cost)
+
+
+def _response(state: RequestState, ran: Sequence[Entry] | None = None) -> LoopCost:
+    """What the open batch's response cost: one model call, its tokens and the tool runs
+    of `ran` (by default, the calls of the batch that have a result)."""
+    if ran is None:
+        ran = [entry for entry in state.batch if isinstance(entry.outcome, Answer)]
+    return LoopCost(model_calls=1, tool_runs=len(ran), tokens=state.batch_tokens)
+
+
+def _pay(
+    state: RequestState, call: Call, response: LoopCost, *, intervened: bool, repeat: bool
+) -> tuple[Charge, ...]:
+    """Charge a settled response as `LoopCost` defines it: with the unpaid run of
+    repeats before it when the guard steps in; as it comes in a loop stepped into; kept
+    unpaid in a run of repeats the guard has not stepped into; a step that is no repeat
+    ends the loop."""
+    if intervened or (repeat and state.looping):
+        spent = state.unpaid + response
+        state.unpaid, state.looping = NO_COST, True
+        return (_charge(state, call, spent),)
+    if repeat:
+        state.unpaid = state.unpaid + response
+    else:
+        state.unpaid, state.looping = NO_COST, False
+    return ()
 
 
 def _stop_request(state: RequestState, kind: StopKind, tool: str) -> None:

@@ -11,10 +11,20 @@ import logging
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal, final
 
-from loop_guard._values import Block, Decision, Proceed, Reason, Steer, Stop
+from loop_guard._values import (
+    NO_COST,
+    Block,
+    Charge,
+    Decision,
+    LoopCost,
+    Proceed,
+    Reason,
+    Steer,
+    Stop,
+)
 
 logger = logging.getLogger("loop_guard")
 # A library's records go where the application sends them; with logging never configured,
@@ -46,6 +56,8 @@ class GuardEvent:
             streak), `'cycle'`, `'interleaved'`, `'returned'` (also the backstop's
             blocks), `'unknown_tool'` or `'same_error'`; `None` for stops and errors.
         call_id: The tool-call id of the call the event is about, when known.
+        cost: What loops cost the request so far (see `LoopCost`); for an error,
+            nothing.
 
     Examples:
         >>> from loop_guard import Call, LoopGuard, Result
@@ -68,6 +80,7 @@ class GuardEvent:
     message: str
     reason: Reason | None = None
     call_id: str | None = None
+    cost: LoopCost = NO_COST
 
     @classmethod
     def of(cls, conversation: str, decision: Block | Steer | Stop) -> GuardEvent:
@@ -91,6 +104,7 @@ class GuardEvent:
             message=decision.message,
             reason=reason,
             call_id=decision.call.id,
+            cost=decision.cost,
         )
 
 
@@ -110,7 +124,9 @@ class GuardStats:
         aborts: Requests ended by the abort threshold.
         terminations: Requests ended by `use_terminate`.
         errors: Events the guard failed on and let through unguarded.
-        by_tool: The same counters per tool name (errors under `""`).
+        cost: What loops cost, summed over every request (see `LoopCost`).
+        by_tool: The same counters per tool name (errors under `""`), the cost's as
+            `model_calls`, `tool_runs`, `tokens`, `tool_runs_saved` and so on.
 
     Examples:
         >>> from loop_guard import Call, LoopGuard, Proceed, Result
@@ -123,6 +139,8 @@ class GuardStats:
         >>> stats = guard.stats
         >>> stats.calls, stats.warnings, stats.blocks, stats.by_tool["ls"]["blocks"]
         (2, 1, 1, 1)
+        >>> stats.cost.model_calls, stats.cost.tool_runs, stats.cost.tool_runs_saved
+        (2, 1, 1)
     """
 
     calls: int = 0
@@ -131,10 +149,13 @@ class GuardStats:
     aborts: int = 0
     terminations: int = 0
     errors: int = 0
+    cost: LoopCost = NO_COST
     by_tool: Mapping[str, Mapping[str, int]]
 
 
-_COUNTERS = ("calls", "warnings", "blocks", "aborts", "terminations", "errors")
+_EVENT_COUNTERS = ("calls", "warnings", "blocks", "aborts", "terminations", "errors")
+_COST_COUNTERS = tuple(field.name for field in fields(LoopCost))
+_COUNTERS = (*_EVENT_COUNTERS, *_COST_COUNTERS)
 _COUNTER_OF_KIND = {
     "warn": "warnings",
     "block": "blocks",
@@ -180,7 +201,9 @@ class Events:
         for (tool, counter), n in counts.items():
             by_tool.setdefault(tool, dict.fromkeys(_COUNTERS, 0))[counter] = n
             totals[counter] += n
-        return GuardStats(by_tool=by_tool, **{name: totals[name] for name in _COUNTERS})
+        cost = LoopCost(*(totals[name] for name in _COST_COUNTERS))
+        events = {name: totals[name] for name in _EVENT_COUNTERS}
+        return GuardStats(by_tool=by_tool, cost=cost, **events)
 
     def subscribe(self, sink: EventSink) -> None:
         """Also send every event to `sink` (idempotent)."""
@@ -253,6 +276,12 @@ class Events:
             if isinstance(decision, Proceed):  # the common case: counted, nothing to tell
                 self._counts[decision.call.tool, "calls"] += 1
                 continue
+            if isinstance(decision, Charge):
+                tool, cost = decision.call.tool, decision.cost
+                for name in _COST_COUNTERS:
+                    if value := getattr(cost, name):
+                        self._counts[tool, name] += value
+                continue
             if isinstance(decision, Block):
                 self._counts[decision.call.tool, "calls"] += 1
             event = GuardEvent.of(conversation, decision)
@@ -300,3 +329,5 @@ def _once_key(decision: Decision) -> object:
             return ("steer", decision.call.tool, decision.message)
         case Stop():
             return ("stop", decision.kind, decision.message)
+        case Charge():
+            return ("charge", decision.call.key, decision.cost)

@@ -463,20 +463,22 @@ class Session:
         self._conversations.forget(self.conversation)
         self._events.forget(self.conversation)
 
-    def open_batch(self, calls: Sequence[Call]) -> None:
-        """Declare the calls of one model response, in the model's order.
+    def open_batch(self, calls: Sequence[Call], tokens: int = 0) -> None:
+        """Declare the calls of one model response, in the model's order; `tokens` is
+        what the response cost (charged if it is part of a loop: `LoopCost`).
 
         See How the guard decides: batches.
         """
-        self._run(lambda state: _no_value(self._engine.open_batch(state, calls)))
+        self._run(lambda state: _no_value(self._engine.open_batch(state, calls, tokens)))
 
     def check_call(self, call: Call) -> Proceed | Block | Stop:
         """Decide whether `call` may run; atomic, so racing identical calls cannot slip by."""
         return self._run(lambda state: self._engine.check_call(state, call))
 
-    def check_batch(self, calls: Sequence[Call]) -> list[Proceed | Block | Stop]:
-        """Declare a model response and decide all its calls at once, in its order."""
-        return self._run(lambda state: self._engine.check_batch(state, calls))
+    def check_batch(self, calls: Sequence[Call], tokens: int = 0) -> list[Proceed | Block | Stop]:
+        """Declare a model response (which cost `tokens`) and decide all its calls at
+        once, in its order."""
+        return self._run(lambda state: self._engine.check_batch(state, calls, tokens))
 
     def record_result(self, call: Call, result: Result) -> None:
         """Record a call's result; recording the same call twice has no effect."""

@@ -26,6 +26,7 @@ from loop_guard._langchain import (
     first_key,
     is_marked,
     result_of,
+    tokens_of,
 )
 from loop_guard._messages import GUARD_NAME
 from loop_guard._state import RequestState
@@ -192,7 +193,7 @@ def catch_up(
         later = messages[index + 1 : end]
         calls = calls_of(message)
         answers = answers_to(calls, later)
-        state, decisions = engine.open_batch(state, calls)
+        state, decisions = engine.open_batch(state, calls, tokens_of(message))
         for call, answer in zip(calls, answers, strict=True):
             if answer is None:
                 continue  # still running: the live adapter checks it

@@ -79,6 +79,21 @@ def calls_of(message: AIMessage) -> tuple[Call, ...]:
     return calls
 
 
+def tokens_of(message: AIMessage) -> int:
+    """The tokens a model response cost, by its `usage_metadata` (0 when it has none).
+
+    Examples:
+        >>> usage = {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}
+        >>> tokens_of(AIMessage("", usage_metadata=usage)), tokens_of(AIMessage(""))
+        (150, 0)
+    """
+    usage = message.usage_metadata
+    try:
+        return max(int(usage.get("total_tokens") or 0), 0) if usage else 0
+    except (TypeError, ValueError):  # a provider's malformed usage: not counted
+        return 0
+
+
 _READ_KEPT = 256  # responses whose calls are kept: the live ones of many conversations
 _read: OrderedDict[int, tuple[AIMessage, list[ToolCall], tuple[Call, ...]]] = OrderedDict()
 _read_lock = threading.Lock()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -49,4 +50,5 @@ def event_payload(event: GuardEvent) -> dict[str, Any]:
         "blocks": event.blocks,
         "message": event.message,
         "call_id": event.call_id,
+        "cost": dataclasses.asdict(event.cost),
     }

@@ -86,6 +86,11 @@ def _attributes(event: GuardEvent) -> dict[str, str | int]:
         attributes["loop_guard.reason"] = event.reason
     if event.kind in ("abort", "terminate"):
         attributes["loop_guard.stop_kind"] = event.kind
+    cost = event.cost  # what loops cost the request so far (`LoopCost`)
+    attributes["loop_guard.loop.model_calls"] = cost.model_calls
+    attributes["loop_guard.loop.tool_runs"] = cost.tool_runs
+    attributes["loop_guard.loop.tokens"] = cost.tokens
+    attributes["loop_guard.loop.tool_runs_saved"] = cost.tool_runs_saved
     return attributes
 
 

@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any, NamedTuple, final
 
 from loop_guard import _messages
-from loop_guard._values import Block, Call, Result, Steer, StopKind
+from loop_guard._values import NO_COST, Block, Call, LoopCost, Result, Steer, StopKind
 
 
 class Outcome(Enum):
@@ -159,6 +159,13 @@ class RequestState:
     # What each of the last requests counted since its last change, newest last: a call
     # and result met in several user turns is a repeat, each turn counting once.
     turns: tuple[tuple[Step, ...], ...] = ()
+    # What loops cost (see `LoopCost`): charged so far; the run of repeats not yet
+    # charged (charged when the guard steps in); whether the guard stepped into the loop
+    # the last steps belong to; the tokens of the open batch's response.
+    cost: LoopCost = NO_COST
+    unpaid: LoopCost = NO_COST
+    looping: bool = False
+    batch_tokens: int = 0
 
     @property
     def awaiting(self) -> tuple[Call, ...]:
@@ -244,6 +251,14 @@ class RequestState:
             snapshot["since_change"] = self.since_change
         if self.turns:
             snapshot["turns"] = [[list(step) for step in turn] for turn in self.turns]
+        if self.cost:
+            snapshot["cost"] = list(self.cost.to_tuple())
+        if self.unpaid:
+            snapshot["unpaid"] = list(self.unpaid.to_tuple())
+        if self.looping:
+            snapshot["looping"] = True
+        if self.batch_tokens:
+            snapshot["batch_tokens"] = self.batch_tokens
         return snapshot
 
     @classmethod
@@ -288,6 +303,10 @@ class RequestState:
             changes=tuple(map(Step._make, data.get("changes", ()))),
             since_change=int(data.get("since_change", -1)),
             turns=tuple(tuple(map(Step._make, turn)) for turn in data.get("turns", ())),
+            cost=LoopCost(*map(int, data.get("cost", ()))),
+            unpaid=LoopCost(*map(int, data.get("unpaid", ()))),
+            looping=bool(data.get("looping", False)),
+            batch_tokens=int(data.get("batch_tokens", 0)),
         )
 
 
@@ -393,6 +412,10 @@ def clone(state: RequestState) -> RequestState:
     copy.changes = state.changes
     copy.since_change = state.since_change
     copy.turns = state.turns
+    copy.cost = state.cost
+    copy.unpaid = state.unpaid
+    copy.looping = state.looping
+    copy.batch_tokens = state.batch_tokens
     return copy
 
 

@@ -164,6 +164,76 @@ def reports_error(content: Any) -> bool:
 
 
 @final
+@dataclass(frozen=True, slots=True)
+class LoopCost:
+    """What loops cost one request, or every request a guard saw (`GuardStats.cost`).
+
+    *Spent in a loop*: the model responses of a loop the guard stepped into, from the
+    loop's first repeat on. A repeat is a counted step that is the step before it (a
+    streak), the step one lap back (a cycle), or a step the model was steered away from.
+    The unbroken run of repeats that ends in the guard's first steer or block is charged
+    when the guard steps in (a run of repeats it never steps into is healthy work,
+    charged to nothing); every repeat after that is charged as it comes, until a step
+    that is no repeat ends the loop. A response with a refused call is charged too.
+    Each response charged is one model call, the tool runs of its calls that ran and,
+    when its message carries `usage_metadata`, its tokens.
+
+    *Saved*: the tool runs the guard refused (blocked calls, and the calls of a stopped
+    request). What a stop saved beyond that is what the loop would have gone on to
+    cost: a live guard cannot know it, a recording shows it, so the scan counts the
+    model calls, tool runs and tokens a recorded conversation spent after the point
+    the guard would have stopped it. `LoopCost` adds up with `+`.
+
+    Attributes:
+        model_calls: Model calls spent in loops.
+        tool_runs: Tool runs spent in loops.
+        tokens: Tokens of those model calls (0 when the messages carry no usage).
+        tool_runs_saved: Tool runs refused (and, in a scan, recorded after the stop).
+        model_calls_saved: In a scan, model calls recorded after the stop.
+        tokens_saved: In a scan, their tokens.
+
+    Examples:
+        >>> total = LoopCost(model_calls=2, tool_runs=2) + LoopCost(1, tool_runs_saved=1)
+        >>> total.model_calls, total.tool_runs, total.tool_runs_saved
+        (3, 2, 1)
+    """
+
+    model_calls: int = 0
+    tool_runs: int = 0
+    tokens: int = 0
+    tool_runs_saved: int = 0
+    model_calls_saved: int = 0
+    tokens_saved: int = 0
+
+    def __add__(self, other: LoopCost) -> LoopCost:
+        return LoopCost(
+            self.model_calls + other.model_calls,
+            self.tool_runs + other.tool_runs,
+            self.tokens + other.tokens,
+            self.tool_runs_saved + other.tool_runs_saved,
+            self.model_calls_saved + other.model_calls_saved,
+            self.tokens_saved + other.tokens_saved,
+        )
+
+    def __bool__(self) -> bool:
+        return any(self.to_tuple())
+
+    def to_tuple(self) -> tuple[int, int, int, int, int, int]:
+        """The counts in field order (a snapshot's form)."""
+        return (
+            self.model_calls,
+            self.tool_runs,
+            self.tokens,
+            self.tool_runs_saved,
+            self.model_calls_saved,
+            self.tokens_saved,
+        )
+
+
+NO_COST = LoopCost()
+
+
+@final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Proceed:
     """Run the call."""
@@ -181,6 +251,8 @@ class Block:
     streak: int
     blocks: int
     reason: Reason = "repeat"
+    cost: LoopCost = field(default=NO_COST, compare=False)
+    """What loops cost the request so far, this block included."""
 
 
 @final
@@ -192,6 +264,8 @@ class Steer:
     message: str
     streak: int
     reason: Reason = "repeat"
+    cost: LoopCost = field(default=NO_COST, compare=False)
+    """What loops cost the request so far, the repeats this steer is about included."""
 
 
 @final
@@ -204,9 +278,21 @@ class Stop:
     message: str
     streak: int
     blocks: int
+    cost: LoopCost = field(default=NO_COST, compare=False)
+    """What loops cost the request, up to its end."""
 
 
-Decision = Proceed | Block | Steer | Stop
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Charge:
+    """A cost the request's loops just incurred (see `LoopCost`): counted in the
+    guard's stats; nothing for an adapter to do."""
+
+    call: Call
+    cost: LoopCost
+
+
+Decision = Proceed | Block | Steer | Stop | Charge
 """Everything the engine can decide; adapters act on each with one `match`."""
 
 

@@ -25,6 +25,7 @@ from loop_guard._langchain import (
     last_batch,
     result_of,
     stop_messages,
+    tokens_of,
 )
 from loop_guard._messages import GUARD_NAME
 from loop_guard._values import Call, LoopGuardAbort, Result, Stop
@@ -186,7 +187,8 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
                 and isinstance(generation.message, AIMessage)
                 and generation.message.tool_calls
             ):
-                self.guard.session(str(key)).open_batch(calls_of(generation.message))
+                message = generation.message
+                self.guard.session(str(key)).open_batch(calls_of(message), tokens_of(message))
         except Exception as error:
             self.guard.report_fault(None, error)
         self._end(run_id)

@@ -29,6 +29,7 @@ from loop_guard._langchain import (
     last_batch,
     messages_of,
     stop_messages,
+    tokens_of,
 )
 from loop_guard._values import Block, Call, Proceed, Steer, Stop
 
@@ -166,11 +167,11 @@ class LoopGuardNode:
         unrecorded: list[tuple[Call, ToolMessage]] = []  # answers no wrapper recorded
         calls = calls_of(ai_message) if ai_message is not None else ()
         paired = answers_to(calls, answers)
-        if calls:
+        if ai_message is not None and calls:
             # Verdicts already given (by wrapped tools) come back unchanged; calls no
             # wrapper saw - an unknown tool, an unwrapped tool - are judged now, after
             # the fact: a refused one keeps its place but its result is withheld.
-            verdicts = session.check_batch(calls)
+            verdicts = session.check_batch(calls, tokens_of(ai_message))
             for call, verdict, answer in zip(calls, verdicts, paired, strict=True):
                 if answer is None:
                     continue

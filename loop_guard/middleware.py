@@ -49,6 +49,7 @@ from loop_guard._langchain import (
     messages_of,
     position_of,
     stop_messages,
+    tokens_of,
     tool_names,
 )
 from loop_guard._state import SCHEMA_VERSION, migrate
@@ -328,7 +329,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         if message is None or not message.tool_calls:
             return None
         calls = calls_of(message)
-        verdicts = session.check_batch(calls)
+        verdicts = session.check_batch(calls, tokens_of(message))
         answers: list[AnyMessage] = []
         answered = []
         self_answered = []  # the calls the reply answered itself, with their answers
@@ -474,7 +475,7 @@ def _session_of(guard: LoopGuard, state: LoopGuardState[Any], runtime: object) -
     if snapshot and snapshot.get("v") != SCHEMA_VERSION:
         reply, _ = last_batch(messages_of(state))
         if reply is not None and reply.tool_calls and not session.checked(keys_of(reply)):
-            session.check_batch(calls_of(reply))
+            session.check_batch(calls_of(reply), tokens_of(reply))
     return session
 
 

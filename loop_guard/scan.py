@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import Engine
 from loop_guard._events import GuardEvent
 from loop_guard._history import is_user_message, replay
-from loop_guard._langchain import keys_of
+from loop_guard._langchain import keys_of, tokens_of
 from loop_guard._readers import (
     CHECKPOINT_FLOOR,
     Conversation,
@@ -31,7 +31,7 @@ from loop_guard._readers import (
     load,
     read,
 )
-from loop_guard._values import Call, Decision, Proceed
+from loop_guard._values import NO_COST, Call, Charge, Decision, LoopCost, Proceed, Stop
 
 __all__ = [
     "CHECKPOINT_FLOOR",
@@ -64,11 +64,13 @@ class Finding:
 
 @dataclass(slots=True)
 class Report:
-    """What the guard would have done in one conversation."""
+    """What the guard would have done in one conversation, and what its loops cost
+    (`LoopCost`: what the guard would have saved is measured on the recording)."""
 
     name: str
     calls: int = 0
     findings: list[Finding] = field(default_factory=list)
+    cost: LoopCost = NO_COST
 
     def first(self, *kinds: str) -> Finding | None:
         """The first finding of one of these kinds."""
@@ -84,6 +86,7 @@ class Report:
             "first_warn": None if warn is None else warn.call_index,
             "first_block": None if block is None else block.call_index,
             "stop": None if stop is None else {"call": stop.call_index, "kind": stop.event.kind},
+            "cost": dataclasses.asdict(self.cost),
             "findings": [
                 {"call": f.call_index, **_without_conversation(dataclasses.asdict(f.event))}
                 for f in self.findings
@@ -114,17 +117,41 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
                 index_of[key] = len(index_of) + 1
     report.calls = len(index_of)
 
+    stopped_by: list[str] = []  # the key of the call whose batch stopped the request
+
     def observe(call: Call, decisions: Sequence[Decision]) -> None:
-        report.findings.extend(
-            Finding(index_of.get(call.key, 0), GuardEvent.of(conversation.name, decision))
-            for decision in decisions
-            if not isinstance(decision, Proceed)
-        )
+        for decision in decisions:
+            if isinstance(decision, Charge):
+                report.cost += decision.cost
+            elif not isinstance(decision, Proceed):
+                if isinstance(decision, Stop):
+                    stopped_by.append(call.key)
+                event = GuardEvent.of(conversation.name, decision)
+                report.findings.append(Finding(index_of.get(call.key, 0), event))
 
     state = None  # the recent steps outlive each request
     for request in _requests(messages):
+        stopped_by.clear()
         state = replay(engine, None, request, observe, before=state)
+        if stopped_by:
+            report.cost += _after_stop(request, stopped_by[0])
     return report
+
+
+def _after_stop(request: Sequence[BaseMessage], key: str) -> LoopCost:
+    """What a recorded request spent after the response the guard would have stopped it
+    at: the model calls, their tokens and the tool runs a stop saves."""
+    model_calls = tokens = tool_runs = 0
+    seen = False  # the stopping response (whose refused calls the replay charged)
+    for message in request:
+        if isinstance(message, AIMessage):
+            if seen:
+                model_calls += 1
+                tokens += tokens_of(message)
+            seen = seen or key in keys_of(message)
+        elif model_calls and isinstance(message, ToolMessage):
+            tool_runs += 1
+    return LoopCost(tool_runs_saved=tool_runs, model_calls_saved=model_calls, tokens_saved=tokens)
 
 
 def _requests(messages: Sequence[BaseMessage]) -> Iterator[Sequence[BaseMessage]]:
@@ -156,6 +183,9 @@ def print_table(reports: Sequence[Report], out: TextIO) -> None:
         'first have steered, blocked and stopped; "-": never.',
         file=out,
     )
+    cost = sum((report.cost for report in reports), NO_COST)
+    if cost:
+        print(f"\n{describe_cost(cost)}", file=out)
     for report in reports:
         if report.findings:
             print(f"\n{report.name}", file=out)
@@ -164,6 +194,25 @@ def print_table(reports: Sequence[Report], out: TextIO) -> None:
             why = f"({f.event.reason})" if f.event.reason else ""
             print(f"  call {f.call_index:>4}  {f.event.kind:<9} {why:<14} {f.event.tool} {args}",
                   file=out)  # fmt: skip
+
+
+def describe_cost(cost: LoopCost) -> str:
+    """What loops cost and what the guard saved, in two lines (see `LoopCost`).
+
+    Examples:
+        >>> print(describe_cost(LoopCost(model_calls=4, tool_runs=3, tool_runs_saved=1)))
+        spent in loops: 4 model calls, 3 tool runs
+        saved by the guard: 1 tool run
+    """
+    spent = _counted(("model call", cost.model_calls), ("tool run", cost.tool_runs),
+                     ("token", cost.tokens))  # fmt: skip
+    saved = _counted(("model call", cost.model_calls_saved), ("tool run", cost.tool_runs_saved),
+                     ("token", cost.tokens_saved))  # fmt: skip
+    return f"spent in loops: {spent or 'nothing'}\nsaved by the guard: {saved or 'nothing'}"
+
+
+def _counted(*counts: tuple[str, int]) -> str:
+    return ", ".join(f"{n:,} {noun}{'' if n == 1 else 's'}" for noun, n in counts if n)
 
 
 def run_scan(

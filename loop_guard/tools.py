@@ -33,6 +33,7 @@ from loop_guard._langchain import (
     position_of,
     result_of,
     result_record,
+    tokens_of,
     tool_message_of,
 )
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Result, Stop
@@ -223,7 +224,7 @@ class GuardedTool(BaseTool):
             if session.checked([call.key]):
                 verdict = session.check_call(call)
             else:
-                verdict = session.check_batch(calls)[position]
+                verdict = session.check_batch(calls, tokens_of(ai_message))[position]
             if self.guard.config.dedupe_siblings:
                 siblings = calls
         match verdict:

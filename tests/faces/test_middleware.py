@@ -20,7 +20,13 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from loop_guard import GuardEvent, LoopGuardAbort, LoopGuardConfig, LoopGuardMiddleware
+from loop_guard import (
+    GuardEvent,
+    LoopCost,
+    LoopGuardAbort,
+    LoopGuardConfig,
+    LoopGuardMiddleware,
+)
 from loop_guard.testing import (
     ScriptedChatModel,
     capture_events,
@@ -619,6 +625,9 @@ def test_a_failed_re_ask_under_model_retry_ends_with_the_guard_stop(mode: Mode, 
     assert len(blocked(messages)) == 3
     assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
     assert guard.guard.stats.blocks == 3
+    # What the loop cost is charged once however often a failed call was retried.
+    cost = LoopCost(model_calls=6, tool_runs=3, tool_runs_saved=3)
+    assert guard.guard.stats.cost == events[-1].cost == cost
     # 7 replies, as without failures; the failed calls: 6 (every other), 2 (the re-asks
     # after the 1st and 2nd refusal; the 3rd refusal stops the run).
     assert model.calls == (13 if fails == "every other call" else 9)

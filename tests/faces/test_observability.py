@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from typing import Any
@@ -13,7 +14,7 @@ from langchain.agents import create_agent
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.checkpoint.memory import InMemorySaver
 
-from loop_guard import GuardEvent, LoopGuard, LoopGuardMiddleware
+from loop_guard import GuardEvent, LoopCost, LoopGuard, LoopGuardMiddleware
 from loop_guard.testing import ScriptedChatModel, capture_events, stubborn
 from tests.support.agents import ToolRuns, ask, build_graph, make_tools, needs_async_context
 
@@ -105,6 +106,10 @@ def test_counters_through_the_middleware() -> None:
     stats = middleware.guard.stats
     assert (stats.calls, stats.warnings, stats.blocks, stats.aborts) == (14, 2, 6, 2)
     assert stats.terminations == 0
+    # Per thread: the repeats 2 and 3 are charged at the steer, run 4 as it comes; each
+    # of the 3 blocked responses is a model call spent and a tool run saved.
+    cost = LoopCost(model_calls=12, tool_runs=6, tool_runs_saved=6)
+    assert stats.cost == cost
     assert stats.by_tool == {
         "read_file": {
             "calls": 14,
@@ -113,6 +118,7 @@ def test_counters_through_the_middleware() -> None:
             "aborts": 2,
             "terminations": 0,
             "errors": 0,
+            **dataclasses.asdict(cost),
         }
     }
 

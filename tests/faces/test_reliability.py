@@ -101,11 +101,11 @@ class FaultyEngine:
         self.inner, self.failed = guard.engine, False
         guard.engine = self  # type: ignore[assignment]
 
-    def check_batch(self, state: Any, calls: Any) -> Any:
+    def check_batch(self, state: Any, calls: Any, tokens: int = 0) -> Any:
         if state.streak >= 4 and not self.failed:
             self.failed = True
             raise RuntimeError("simulated guard bug")
-        return self.inner.check_batch(state, calls)
+        return self.inner.check_batch(state, calls, tokens)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
