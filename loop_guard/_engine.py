@@ -363,17 +363,17 @@ class Engine:
             _answer(state, index, call, ALLOWED)
             return state, proceed, (*decisions, proceed)
         state.blocks = block.blocks
-        refused = _charge(state, call, _REFUSED)
+        saved = _charge(state, call, _REFUSED)
         block = replace(block, cost=state.cost)
         _answer(state, index, call, BLOCKED, block)
         if state.blocks >= config.abort_threshold:
             _stop_request(state, "abort", call.tool)
             # The stopping response is never settled: its model call is charged now.
             spent = _pay(state, call, _response(state), intervened=True, repeat=True)
-            return state, block, (*decisions, refused, block, *spent, self._stop(state, call))
+            return state, block, (*decisions, saved, block, *spent, self._stop(state, call))
         if _complete(state.batch):
-            return state, block, (*decisions, refused, block, *self._settle(state))
-        return state, block, (*decisions, refused, block)
+            return state, block, (*decisions, saved, block, *self._settle(state))
+        return state, block, (*decisions, saved, block)
 
     def _follow_errors(self, state: RequestState, ran: Sequence[Entry]) -> tuple[str, ...]:
         """Follow the errors the tools of a settled batch returned, in the model's order

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import textwrap
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from langgraph.errors import GraphRecursionError
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
+from loop_guard._config import LoopGuardConfig
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
@@ -34,8 +36,10 @@ from loop_guard._langchain import (
     is_marked,
 )
 from loop_guard._messages import GUARD_NAME
+from loop_guard._readers import Conversation
 from loop_guard.graph import LoopGuardNode
-from loop_guard.testing import ScriptedChatModel, capture_events, sequence, stubborn
+from loop_guard.scan import describe_cost, scan_conversation
+from loop_guard.testing import ScriptedChatModel, capture_events, sequence, stubborn, with_usage
 from loop_guard.tools import guard_tools
 
 if TYPE_CHECKING:
@@ -94,7 +98,8 @@ def demo_tools(runs: Counter[str]) -> list[BaseTool]:
     return [read_file, list_dir, job_status]
 
 
-STUBBORN = stubborn(("read_file", {"path": "notes.md"}))
+# Each reply reports its tokens, as a provider's does: what the guard charges a loop.
+STUBBORN = with_usage(stubborn(("read_file", {"path": "notes.md"})), 1_150, 50)
 ANSWERING = stubborn(
     ("read_file", {"path": "notes.md"}),
     answer="I could not read notes.md: it does not exist. The folder has NOTES.md; shall I "
@@ -148,6 +153,14 @@ def run_graph(model: BaseChatModel) -> Outcome:
     messages = list(graph.invoke({"messages": [HumanMessage(TASK)]}, config)["messages"])
     ended_by = "loop_guard" if _guard_stopped(messages) else "the model's answer"
     return Outcome(messages, _model_calls(model, messages), sum(runs.values()), ended_by)
+
+
+def _cost_line(middleware: Any) -> str:
+    cost = middleware.guard.stats.cost
+    return (
+        f"{cost.model_calls} model calls, {cost.tool_runs} tool runs and {cost.tokens:,} "
+        f"tokens spent in the loop; {cost.tool_runs_saved} tool runs refused"
+    )
 
 
 def _guard_stopped(messages: Sequence[BaseMessage]) -> bool:
@@ -434,8 +447,10 @@ def run_demo(out: TextIO = sys.stdout, model: BaseChatModel | None = None) -> in
     print_timeline(unguarded, paint, out, limit=12)
 
     heading("2. The same agent with LoopGuardMiddleware — one line: middleware=[...]")
-    guarded = run_agent(ScriptedChatModel(script=STUBBORN), [LoopGuardMiddleware()])
+    middleware = LoopGuardMiddleware()
+    guarded = run_agent(ScriptedChatModel(script=STUBBORN), [middleware])
     print_timeline(guarded, paint, out)
+    print(f"        What the loop cost (guard.stats.cost): {_cost_line(middleware)}", file=out)
 
     heading("3. The same agent as a hand-built graph: guard_tools + LoopGuardNode")
     graph = run_graph(ScriptedChatModel(script=STUBBORN))
@@ -454,12 +469,15 @@ def run_demo(out: TextIO = sys.stdout, model: BaseChatModel | None = None) -> in
     heading("Totals")
     saved_calls = unguarded.model_calls - guarded.model_calls
     saved_runs = unguarded.tool_runs - guarded.tool_runs
+    scanned = scan_conversation(LoopGuardConfig(), Conversation("unguarded", unguarded.messages))
     print(
         f"Without the guard the stubborn agent made {unguarded.model_calls} model calls and "
         f"{unguarded.tool_runs} tool runs before {unguarded.ended_by} stopped it\n"
         f"(create_agent's own limit is 9,999 steps: about 5,000 model calls).\n"
         f"With loop_guard: {guarded.model_calls} model calls and {guarded.tool_runs} tool runs. "
         + paint(f"Saved {saved_calls} model calls and {saved_runs} tool runs.", "1;32")
+        + "\nThe scan of the unguarded run measures the same (loop-guard scan):\n"
+        + textwrap.indent(describe_cost(scanned.cost), "  ")
         + f"\nThe healthy agent: {healthy.model_calls} model calls, nothing steered or blocked.",
         file=out,
     )

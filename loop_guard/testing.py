@@ -156,6 +156,27 @@ def sequence(*turns: Sequence[ToolCallSpec], answer: str = "done") -> Script:
     return script
 
 
+def with_usage(script: Script, input_tokens: int, output_tokens: int) -> Script:
+    """`script`, each reply reporting the tokens it cost (`usage_metadata`), as a
+    provider's does: what the guard charges a loop (`LoopCost.tokens`).
+
+    Examples:
+        >>> model = ScriptedChatModel(script=with_usage(stubborn(("ls", {})), 900, 100))
+        >>> model.invoke("list it").usage_metadata["total_tokens"]
+        1000
+    """
+
+    def scripted(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        usage = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+        }
+        return script(messages, index).model_copy(update={"usage_metadata": usage})
+
+    return scripted
+
+
 def _current_request(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]

@@ -50,6 +50,7 @@ EVENT_KEYS = {
     "streak",
     "blocks",
     "message",
+    "cost",
 }
 
 if not all(importlib.util.find_spec(name) for name in ("langgraph_api", "langgraph_runtime_inmem")):

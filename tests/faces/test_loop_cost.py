@@ -18,7 +18,7 @@ from langgraph.errors import GraphRecursionError
 from loop_guard import GuardEvent, LoopCost, LoopGuardAbort, LoopGuardConfig, LoopGuardMiddleware
 from loop_guard._readers import Conversation
 from loop_guard.scan import scan_conversation
-from loop_guard.testing import Script, ScriptedChatModel, stubborn
+from loop_guard.testing import ScriptedChatModel, stubborn, with_usage
 from tests.support.agents import ToolRuns, ask, guarded_agent, make_tools, needs_async_context
 
 READ = ("read_file", {"path": "a.txt"})
@@ -36,18 +36,9 @@ KINDS_AND_COSTS = [
 FACES = ["middleware", "graph", "handler"]
 
 
-def with_usage(script: Script) -> Script:
-    """The script's replies, each reporting the tokens it cost."""
-
-    def scripted(messages: Any, index: int) -> AIMessage:
-        return script(messages, index).model_copy(update={"usage_metadata": dict(USAGE)})
-
-    return scripted
-
-
 def run_loop(face: str, mode: str, thread: str = "t", checkpointer: Any = None) -> list[GuardEvent]:
     events: list[GuardEvent] = []
-    model = ScriptedChatModel(script=with_usage(stubborn(READ)))
+    model = ScriptedChatModel(script=with_usage(stubborn(READ), 90, 10))
     agent, extra = guarded_agent(
         face, model, make_tools(ToolRuns()), on_event=events.append,
         checkpointer=checkpointer or InMemorySaver(),
@@ -74,7 +65,7 @@ def test_every_event_tells_what_the_loop_cost_so_far(face: str, mode: str) -> No
 def test_the_stats_add_up_the_threads_run_at_once() -> None:
     """Four threads looping at once through one middleware: four times one loop's cost."""
     middleware = LoopGuardMiddleware()
-    model = ScriptedChatModel(script=with_usage(stubborn(READ)))
+    model = ScriptedChatModel(script=with_usage(stubborn(READ), 90, 10))
     from langchain.agents import create_agent
 
     agent = create_agent(
@@ -94,7 +85,7 @@ def test_a_thread_moved_to_another_process_keeps_its_cost(face: str, tmp_path: P
     cost goes on from what the history shows, not from nothing."""
     with SqliteSaver.from_conn_string(str(tmp_path / "t.db")) as saver:
         events: list[GuardEvent] = []
-        model = ScriptedChatModel(script=with_usage(stubborn(READ)))
+        model = ScriptedChatModel(script=with_usage(stubborn(READ), 90, 10))
         config = {"configurable": {"thread_id": "t"}, "recursion_limit": 7}
         first, _ = guarded_agent(face, model, make_tools(ToolRuns()), checkpointer=saver)
         with pytest.raises(GraphRecursionError):

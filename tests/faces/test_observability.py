@@ -68,6 +68,8 @@ def test_events_appear_in_astream_events(face: str) -> None:
     assert [e["kind"] for e in events] == KINDS
     assert events[0]["tool"] == "read_file"
     assert events[0]["args"] == {"path": "notes.md"}
+    assert events[-1]["cost"]["model_calls"] == 6  # what the loop cost, at the stop
+    assert events[-1]["cost"]["tool_runs_saved"] == 3
     assert events[0]["conversation"] == "t"
     assert events[-1]["message"].startswith("Stopped by loop_guard")
 

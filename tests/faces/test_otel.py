@@ -102,7 +102,11 @@ def test_each_steer_block_and_stop_is_a_span_event_and_a_count(face: Face, mode:
     assert steer["loop_guard.streak"] == 3
     assert str(steer["gen_ai.tool.call.id"])
     assert block["loop_guard.blocks"] == 1
-    assert (span.events[-1].attributes or {})["loop_guard.stop_kind"] == "abort"
+    stop = span.events[-1].attributes or {}
+    assert stop["loop_guard.stop_kind"] == "abort"
+    # What the loop cost the request, at its end (see What a loop cost).
+    assert (stop["loop_guard.loop.model_calls"], stop["loop_guard.loop.tool_runs"]) == (6, 3)
+    assert stop["loop_guard.loop.tool_runs_saved"] == 3
     grown = counts() - before
     assert grown == Counter(
         {

@@ -20,6 +20,10 @@ def test_demo_shows_the_guard_stopping_the_stubborn_agent() -> None:
     assert "100 model calls, 100 tool runs, ended by LangGraph's recursion limit" in text
     assert text.count("7 model calls, 4 tool runs, ended by loop_guard") == 2
     assert "Saved 93 model calls and 96 tool runs." in text
+    # The guard's count of the loop, and the scan's of the unguarded run: what it saved
+    # there is what the live run saved.
+    assert "6 model calls, 3 tool runs and 7,200 tokens spent in the loop; 3 tool runs" in text
+    assert "saved by the guard: 93 model calls, 96 tool runs, 111,600 tokens" in text
     assert text.count("⛔ blocked") == 9
     assert text.count("⚠ steer") == 3
     assert "guard  ■ stopped  asked the model for its answer, with no tools" in text
