@@ -557,14 +557,14 @@ class Engine:
             repeat = (
                 state.streak > 1
                 or returned
-                or any(state.runs)
-                or any(entry.step == step for entry in state.steered)
+                or (state.runs is not self._no_runs and any(state.runs))
+                or (bool(state.steered) and any(entry.step == step for entry in state.steered))
             )
         if broken:
             steer = steer_broken(config, state, broken, ran, steer)
         intervened = refused or steer is not None
         spent: tuple[Decision, ...] = ()
-        if intervened or repeat or state.looping or state.unpaid:
+        if intervened or repeat or state.looping or state.unpaid is not NO_COST:
             response = _response(state, ran) if intervened or repeat else NO_COST
             spent = _pay(state, entries[-1].call, response, intervened=intervened, repeat=repeat)
         state.batch_tokens = 0

@@ -251,9 +251,9 @@ class RequestState:
             snapshot["since_change"] = self.since_change
         if self.turns:
             snapshot["turns"] = [[list(step) for step in turn] for turn in self.turns]
-        if self.cost:
+        if self.cost is not NO_COST:  # identity: written at every model call
             snapshot["cost"] = list(self.cost.to_tuple())
-        if self.unpaid:
+        if self.unpaid is not NO_COST:
             snapshot["unpaid"] = list(self.unpaid.to_tuple())
         if self.looping:
             snapshot["looping"] = True
@@ -303,8 +303,8 @@ class RequestState:
             changes=tuple(map(Step._make, data.get("changes", ()))),
             since_change=int(data.get("since_change", -1)),
             turns=tuple(tuple(map(Step._make, turn)) for turn in data.get("turns", ())),
-            cost=LoopCost(*map(int, data.get("cost", ()))),
-            unpaid=LoopCost(*map(int, data.get("unpaid", ()))),
+            cost=cost_from_json(data.get("cost")),
+            unpaid=cost_from_json(data.get("unpaid")),
             looping=bool(data.get("looping", False)),
             batch_tokens=int(data.get("batch_tokens", 0)),
         )
@@ -478,6 +478,11 @@ def steer_from_json(row: Any) -> Steer:
     reason, message, streak, tool, fingerprint = row
     call = Call(tool=tool, fingerprint=fingerprint)
     return Steer(call=call, message=message, streak=int(streak), reason=reason)
+
+
+def cost_from_json(row: Any) -> LoopCost:
+    cost = NO_COST if row is None else LoopCost(*map(int, row))
+    return cost if cost else NO_COST  # no cost is `NO_COST`, told by identity
 
 
 def steered_from_json(row: Any) -> Steered:

@@ -4,20 +4,27 @@ the scan, sync and async, under retries, across worker processes and threads."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, messages_to_dict
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    messages_to_dict,
+)
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
 
 from loop_guard import GuardEvent, LoopCost, LoopGuardAbort, LoopGuardConfig, LoopGuardMiddleware
 from loop_guard._readers import Conversation
-from loop_guard.scan import scan_conversation
+from loop_guard.scan import print_table, scan_conversation
 from loop_guard.testing import ScriptedChatModel, stubborn, with_usage
 from tests.support.agents import ToolRuns, ask, guarded_agent, make_tools, needs_async_context
 
@@ -98,19 +105,21 @@ def test_a_thread_moved_to_another_process_keeps_its_cost(face: str, tmp_path: P
     assert [(e.kind, e.cost) for e in events] == KINDS_AND_COSTS[-len(events) :]
 
 
+def recorded(tool: str, args: dict[str, Any], results: list[str]) -> list[BaseMessage]:
+    """A recorded request: one call of `tool` per result, each reply reporting its usage."""
+    messages: list[BaseMessage] = [HumanMessage(f"call {tool}")]
+    for n, result in enumerate(results):
+        call = {"name": tool, "args": args, "id": f"c{n}", "type": "tool_call"}
+        messages.append(AIMessage("", id=f"ai-{n}", usage_metadata=dict(USAGE), tool_calls=[call]))
+        messages.append(ToolMessage(result, tool_call_id=f"c{n}"))
+    assert json.loads(json.dumps(messages_to_dict(messages)))  # the shape scan files hold
+    return messages
+
+
 def test_the_scan_reports_the_cost_and_what_a_stop_saved() -> None:
     """A recorded loop the guard would have stopped: its cost up to the stop as live, and
     what the recording spent after it as saved."""
-    runs = 12
-    messages: list[BaseMessage] = []
-    from langchain_core.messages import HumanMessage, ToolMessage
-
-    messages.append(HumanMessage("read a.txt"))
-    for n in range(runs):
-        messages.append(AIMessage("", id=f"ai-{n}", usage_metadata=dict(USAGE),
-                                  tool_calls=[{"name": "read_file", "args": {"path": "a.txt"},
-                                               "id": f"c{n}", "type": "tool_call"}]))  # fmt: skip
-        messages.append(ToolMessage("same", tool_call_id=f"c{n}"))
+    messages = recorded("read_file", {"path": "a.txt"}, ["same"] * 12)
     report = scan_conversation(LoopGuardConfig(), Conversation("loop", messages))
     # The replay blocks the 5th to 7th calls (their recorded results are not counted)
     # and stops at the 7th: the 8th to 12th replies and their runs are saved.
@@ -122,15 +131,15 @@ def test_the_scan_reports_the_cost_and_what_a_stop_saved() -> None:
 
 
 def test_the_scan_of_a_healthy_conversation_costs_nothing() -> None:
-    from langchain_core.messages import HumanMessage, ToolMessage
-
-    messages: list[BaseMessage] = [HumanMessage("poll")]
-    for n in range(10):
-        messages.append(AIMessage("", id=f"ai-{n}", usage_metadata=dict(USAGE),
-                                  tool_calls=[{"name": "job_status", "args": {"job": "7"},
-                                               "id": f"c{n}", "type": "tool_call"}]))  # fmt: skip
-        messages.append(ToolMessage(f"{n * 10}% done", tool_call_id=f"c{n}"))
+    messages = recorded("job_status", {"job": "7"}, [f"{n * 10}% done" for n in range(10)])
     report = scan_conversation(LoopGuardConfig(), Conversation("poll", messages))
     assert report.cost == LoopCost()
     assert not report.findings
-    assert json.loads(json.dumps(messages_to_dict(messages)))  # the shape scan files hold
+
+
+def test_the_scan_table_ends_with_the_totals() -> None:
+    messages = recorded("read_file", {"path": "a.txt"}, ["same"] * 4)
+    out = io.StringIO()
+    print_table([scan_conversation(LoopGuardConfig(), Conversation("loop", messages))], out)
+    assert "spent in loops: 3 model calls, 3 tool runs, 300 tokens\n" in out.getvalue()
+    assert "saved by the guard: nothing\n" in out.getvalue()
