@@ -280,6 +280,51 @@ class Engine:
         state = clone(state)
         return state, self._settle(state)
 
+    def resume(self, state: RequestState, call: Call, *, afresh: bool = False) -> Transition:
+        """Let a stopped request go on, as a person decided (`exit_behavior="ask"`).
+
+        `call`, refused by the stop, may run after all: its tool run is no longer one
+        saved, and is spent with its response when it settles. The request may stop
+        again only once it reaches as many more blocks as `abort_threshold`, doubled for
+        each earlier answer: a person who keeps letting it go on is asked less and less
+        often. With `afresh`, the loop's evidence is set aside too (the streak, the
+        cycles, the steered calls), so the guard steers, blocks and stops it again from
+        the start: the limits are raised for this request.
+        """
+        if state.stopped is None:
+            return state, ()
+        state = clone(state)
+        state.stopped, state.stop_tool = None, ""
+        gap = self.config.abort_threshold * 2**state.resumed
+        state.resumed, state.rearm = state.resumed + 1, state.blocks + gap
+        if afresh:
+            state.last, state.streak, state.warned, state.near = None, 0, False, False
+            state.steered, state.runs, state.cycle_warned, state.steer = (), (), False, None
+        entry = _latest_entry(state, call.key)
+        if entry is None or entry.outcome not in (BLOCKED, NOT_RUN):
+            return state, ()
+        index = position(state.batch, call.key)
+        if index < 0:  # a batch settled by its stop (terminate): the call opens one again
+            state.batch, state.batch_explicit, index = (Entry(call),), True, 0
+        _answer(state, index, call, ALLOWED)
+        # The stop charged the response and saved the run: the run's settling charges
+        # the response, its run and its tokens again, as for any loop step.
+        undo = LoopCost(model_calls=-1, tokens=-state.batch_tokens, tool_runs_saved=-1)
+        return state, (_charge(state, call, undo),)
+
+    def asked_about(self, state: RequestState) -> str | None:
+        """The key of the call a person is asked about when the request stopped: the
+        last call its stopping batch refused by a block."""
+        if state.stopped is None:
+            return None
+        for entries in (state.batch, state.settled):
+            for entry in reversed(entries):
+                if entry.outcome is BLOCKED:
+                    return entry.call.key
+            if entries:
+                return None
+        return None
+
     def checked(self, state: RequestState, keys: Sequence[str]) -> bool:
         """Whether every one of these calls (by `Call.key`) was checked already in this
         batch or the last."""
@@ -366,7 +411,7 @@ class Engine:
         saved = _charge(state, call, _REFUSED)
         block = replace(block, cost=state.cost)
         _answer(state, index, call, BLOCKED, block)
-        if state.blocks >= config.abort_threshold:
+        if state.blocks >= config.abort_threshold and state.blocks >= state.rearm:
             _stop_request(state, "abort", call.tool)
             # The stopping response is never settled: its model call is charged now.
             spent = _pay(state, call, _response(state), intervened=True, repeat=True)
@@ -511,7 +556,11 @@ class Engine:
         state.batch, state.batch_explicit = (), False
         if state.stopped is not None:  # the request is over: nothing more to count
             return ()
-        if config.use_terminate and all(e.outcome is BLOCKED for e in entries):
+        if (
+            config.use_terminate
+            and all(e.outcome is BLOCKED for e in entries)
+            and state.blocks >= state.rearm
+        ):
             _stop_request(state, "terminate", entries[-1].call.tool)
             last_call = entries[-1].call
             paid = _pay(state, last_call, _response(state, ()), intervened=True, repeat=True)

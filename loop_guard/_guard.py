@@ -488,6 +488,15 @@ class Session:
         """Close the open batch now, counting the calls that have results."""
         self._run(lambda state: _no_value(self._engine.settle(state)))
 
+    @property
+    def asked_about(self) -> str | None:
+        """The `Call.key` of the call a person is asked about once the request stopped."""
+        return self._engine.asked_about(self.state)
+
+    def resume(self, call: Call, *, afresh: bool = False) -> None:
+        """Let the stopped request go on, `call` run after all (`Engine.resume`)."""
+        self._run(lambda state: _no_value(self._engine.resume(state, call, afresh=afresh)))
+
     def take_steer(self) -> Steer | None:
         """Claim the pending steer message for delivery; once per streak."""
         return self._run(lambda state: (*self._engine.take_steer(state), ()))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langgraph.errors import GraphBubbleUp
@@ -411,6 +411,83 @@ def stop_messages(
         if not done
     ]
     return [*pending, AIMessage(content=stop.message, name=GUARD_NAME)]
+
+
+Choice = Literal["allow", "raise", "stop", "answer"]
+"""What a person decided when asked about a loop (`ask_request`)."""
+
+_RESULT_SHOWN = 500  # characters of the repeated result shown to the person
+_CHOICE_OF_DECISION: dict[str, Choice] = {
+    "approve": "allow",
+    "edit": "raise",
+    "reject": "stop",
+    "respond": "stop",
+}
+
+
+def ask_request(stop: Stop, call: Call, result: str | None) -> dict[str, Any]:
+    """The interrupt's value when a person is asked about a loop: a `HumanInTheLoopMiddleware`
+    request (one action: the refused call; approve, edit or reject), so the UIs that show
+    those show it, and the loop's facts under `"loop_guard"` for programs."""
+    shown = None if result is None else result[:_RESULT_SHOWN]
+    args = call.args if isinstance(call.args, dict) else {"input": call.args}
+    return {
+        "action_requests": [
+            {
+                "name": call.tool,
+                "args": args,
+                "description": _messages.ask_text(call.tool, stop.streak, stop.blocks, shown),
+            }
+        ],
+        "review_configs": [
+            {"action_name": call.tool, "allowed_decisions": ["approve", "edit", "reject"]}
+        ],
+        "loop_guard": {
+            "kind": stop.kind,
+            "tool": call.tool,
+            "args": args,
+            "tool_call_id": call.id,
+            "streak": stop.streak,
+            "blocks": stop.blocks,
+            "result": shown,
+            "choices": ["allow", "raise", "stop", "answer"],
+        },
+    }
+
+
+def choice_of(answer: object) -> Choice | None:
+    """A person's answer to `ask_request`: a `HumanInTheLoopMiddleware` response
+    (`{"decisions": [{"type": "approve"}]}`: approve allows the call once more, edit
+    raises the limits, reject stops), one decision, or a choice by name; `None` when it
+    is none of these.
+
+    Examples:
+        >>> choice_of({"decisions": [{"type": "edit", "edited_action": {}}]}), choice_of("stop")
+        ('raise', 'stop')
+    """
+    if isinstance(answer, str):
+        return cast("Choice", answer) if answer in get_args(Choice) else None
+    if isinstance(answer, Mapping):
+        decisions = answer.get("decisions")
+        if isinstance(decisions, Sequence) and decisions and isinstance(decisions[0], Mapping):
+            answer = decisions[0]
+        if isinstance(answer, Mapping):
+            decision = answer.get("type")
+            if isinstance(decision, str):
+                return _CHOICE_OF_DECISION.get(decision)
+    return None
+
+
+def repeated_result(messages: Sequence[BaseMessage], tool: str) -> str | None:
+    """The text of the last result `tool` returned in `messages` (a refusal is none)."""
+    for message in reversed(messages):
+        if (
+            isinstance(message, ToolMessage)
+            and message.name == tool
+            and not is_marked(message, BLOCK_MARK)
+        ):
+            return message.text
+    return None
 
 
 def answer_request(stop: Stop) -> HumanMessage:

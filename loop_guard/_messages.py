@@ -80,6 +80,18 @@ def terminate_text(tool: str) -> str:
     )
 
 
+def ask_text(tool: str, streak: int, blocks: int, result: str | None) -> str:
+    """What a person is asked when the guard would stop the request (`exit_behavior="ask"`)."""
+    seen = "" if result is None else f" It returned: {result}"
+    return (
+        f"loop_guard would stop this request: the agent called {_code(tool)} {streak} times "
+        f"in a row with the same arguments and got the same result, and {blocks} of its "
+        f"calls were refused.{seen}\n"
+        "Approve: let this call run once more. Edit: keep going, with the guard's limits "
+        "raised for this request. Reject: stop now."
+    )
+
+
 def final_answer_request_text(tool: str) -> str:
     """What the model is told when the request is stopped and it is asked to answer."""
     return (

@@ -166,6 +166,10 @@ class RequestState:
     unpaid: LoopCost = NO_COST
     looping: bool = False
     batch_tokens: int = 0
+    # A person let the stopped request go on (`exit_behavior="ask"`): how often, and the
+    # blocks it must reach before it may stop again (the gap doubles with each answer).
+    resumed: int = 0
+    rearm: int = 0
 
     @property
     def awaiting(self) -> tuple[Call, ...]:
@@ -259,6 +263,9 @@ class RequestState:
             snapshot["looping"] = True
         if self.batch_tokens:
             snapshot["batch_tokens"] = self.batch_tokens
+        if self.resumed:
+            snapshot["resumed"] = self.resumed
+            snapshot["rearm"] = self.rearm
         return snapshot
 
     @classmethod
@@ -307,6 +314,8 @@ class RequestState:
             unpaid=cost_from_json(data.get("unpaid")),
             looping=bool(data.get("looping", False)),
             batch_tokens=int(data.get("batch_tokens", 0)),
+            resumed=int(data.get("resumed", 0)),
+            rearm=int(data.get("rearm", 0)),
         )
 
 
@@ -416,6 +425,8 @@ def clone(state: RequestState) -> RequestState:
     copy.unpaid = state.unpaid
     copy.looping = state.looping
     copy.batch_tokens = state.batch_tokens
+    copy.resumed = state.resumed
+    copy.rearm = state.rearm
     return copy
 
 

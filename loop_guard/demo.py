@@ -25,6 +25,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command
 
 from loop_guard._config import LoopGuardConfig
 from loop_guard._guard import LoopGuard
@@ -152,6 +153,39 @@ def run_graph(model: BaseChatModel) -> Outcome:
     config: Any = {"configurable": {"thread_id": "demo"}}
     messages = list(graph.invoke({"messages": [HumanMessage(TASK)]}, config)["messages"])
     ended_by = "loop_guard" if _guard_stopped(messages) else "the model's answer"
+    return Outcome(messages, _model_calls(model, messages), sum(runs.values()), ended_by)
+
+
+# A scripted person, asked twice: let the call run once more, then stop.
+PERSON: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("approve: run it once more", {"decisions": [{"type": "approve"}]}),
+    ("reject: stop now", {"decisions": [{"type": "reject"}]}),
+)
+
+
+def run_asking(model: ScriptedChatModel, out: TextIO, paint: Palette) -> Outcome:
+    """The agent with `exit_behavior="ask"`, a scripted person answering its questions."""
+    from langchain.agents import create_agent
+
+    from loop_guard.middleware import LoopGuardMiddleware
+
+    runs: Counter[str] = Counter()
+    guard = LoopGuardMiddleware(exit_behavior="ask")
+    agent = create_agent(model, demo_tools(runs), middleware=[guard], checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "demo"}}
+    result = agent.invoke({"messages": [HumanMessage(TASK)]}, config)
+    for said, answer in PERSON:
+        pending = result.get("__interrupt__")
+        if not pending:
+            break
+        facts = pending[0].value["loop_guard"]
+        print(f"        {paint('guard  ? asks', '1;35')}     after {model.calls} model calls: "
+              f"{facts['tool']} {facts['streak']} times in a row, {facts['blocks']} calls "
+              "refused; allow it once more, raise the limits, or stop?", file=out)  # fmt: skip
+        print(f"        {paint('person', '1')} {said}", file=out)
+        result = agent.invoke(Command(resume=answer), config)
+    messages = list(result["messages"])
+    ended_by = "the person, asked by loop_guard" if _guard_stopped(messages) else "the model"
     return Outcome(messages, _model_calls(model, messages), sum(runs.values()), ended_by)
 
 
@@ -466,6 +500,14 @@ def run_demo(out: TextIO = sys.stdout, model: BaseChatModel | None = None) -> in
     )
     print_timeline(answered, paint, out)
 
+    heading('6. The stubborn agent, LoopGuardMiddleware(exit_behavior="ask"): a person decides')
+    asked = run_asking(ScriptedChatModel(script=STUBBORN), out, paint)
+    print(
+        f"        {asked.model_calls} model calls, {asked.tool_runs} tool runs, "
+        f"ended by {asked.ended_by}",
+        file=out,
+    )
+
     heading("Totals")
     saved_calls = unguarded.model_calls - guarded.model_calls
     saved_runs = unguarded.tool_runs - guarded.tool_runs
@@ -484,5 +526,9 @@ def run_demo(out: TextIO = sys.stdout, model: BaseChatModel | None = None) -> in
     interventions = sum(
         isinstance(m, ToolMessage) and is_marked(m, BLOCK_MARK) for m in healthy.messages
     ) + sum(isinstance(m, HumanMessage) and m.name == GUARD_NAME for m in healthy.messages)
-    stopped = guarded.ended_by == "loop_guard" and answered.ended_by.startswith("loop_guard,")
+    stopped = (
+        guarded.ended_by == "loop_guard"
+        and answered.ended_by.startswith("loop_guard,")
+        and asked.ended_by.startswith("the person")
+    )
     return 0 if interventions == 0 and stopped else 1

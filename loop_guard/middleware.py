@@ -21,7 +21,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
-from langgraph.types import Command
+from langgraph.types import Command, interrupt
 from langgraph.typing import ContextT
 from typing_extensions import NotRequired, override
 
@@ -40,14 +40,17 @@ from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     answer_request,
     answers_to,
+    ask_request,
     block_message,
     call_keys,
     calls_of,
+    choice_of,
     final_answer,
     keys_of,
     last_batch,
     messages_of,
     position_of,
+    repeated_result,
     stop_messages,
     tokens_of,
     tool_names,
@@ -63,7 +66,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("loop_guard")
 
-ExitBehavior = Literal["end", "answer", "error"]
+ExitBehavior = Literal["end", "answer", "error", "ask"]
 """How the request ends when the guard stops it (abort, or terminate).
 
 - `'end'`: End the run cleanly (default): every pending tool call gets a `ToolMessage`
@@ -75,8 +78,16 @@ ExitBehavior = Literal["end", "answer", "error"]
     `response_metadata["loop_guard"] == FINAL_ANSWER_MARK`. When that call fails, or
     the reply calls a tool or says nothing, the run ends as with `'end'`.
 - `'error'`: Raise `LoopGuardAbort` from the agent's `invoke`/`stream`.
+- `'ask'`: Ask a person instead: the run pauses with LangGraph's `interrupt()` in the
+    tool node, before the call that would have stopped it, with a
+    `HumanInTheLoopMiddleware`-shaped request (`_langchain.ask_request`). Resume with
+    `Command(resume=...)`: approve (or `"allow"`) runs the call once more, edit (or
+    `"raise"`) keeps going with the guard's limits raised for this request, reject (or
+    `"stop"`) ends the request as `'end'` does, `"answer"` as `'answer'` does. The
+    request may stop, and ask, again only after as many more blocks as
+    `abort_threshold`, doubled with each answer. Needs a checkpointer.
 """
-_EXIT_BEHAVIORS: tuple[ExitBehavior, ...] = ("end", "answer", "error")
+_EXIT_BEHAVIORS: tuple[ExitBehavior, ...] = ("end", "answer", "error", "ask")
 
 
 class LoopGuardState(AgentState[ResponseT]):
@@ -108,7 +119,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     Configuration:
         - Every `LoopGuardConfig` field, as a keyword argument or a `LOOP_GUARD_*`
             environment variable (arguments win).
-        - `exit_behavior`: `'end'` (default), `'answer'` or `'error'` (`ExitBehavior`).
+        - `exit_behavior`: `'end'` (default), `'answer'`, `'error'` or `'ask'`
+            (`ExitBehavior`).
         - `on_event`: a callable receiving a `GuardEvent` per warning, block and stop.
 
     The guard's state lives in the agent state, never on this object: one instance
@@ -158,7 +170,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             on_event: Called with a `GuardEvent` for every warning, block and stop.
             exit_behavior: `'end'` to end the run cleanly with the guard's message,
                 `'answer'` to end it with the model's own answer, `'error'` to raise
-                `LoopGuardAbort` (`ExitBehavior`).
+                `LoopGuardAbort`, `'ask'` to ask a person (`ExitBehavior`).
             **overrides: Any `LoopGuardConfig` field; wins over `config` and the
                 environment.
 
@@ -182,6 +194,14 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
 
         See How the guard decides: reset and scope, and beyond the Pi extension.
         """
+        if self.exit_behavior == "ask" and not _checkpointed():
+            msg = (
+                'LoopGuardMiddleware(exit_behavior="ask") needs a checkpointer: a paused '
+                "run is resumed from its checkpoint. Compile the agent with one "
+                "(create_agent(..., checkpointer=InMemorySaver())), or serve it with "
+                "LangGraph's server, which brings its own"
+            )
+            raise ValueError(msg)
         session = self.guard.session(_conversation(state, runtime), _snapshot_of(state))
         session.start_request(uuid.uuid4().hex)
         return {"loop_guard": session.snapshot()}
@@ -269,7 +289,12 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
         """Answer a refused call without running it; with `dedupe_siblings`, identical
-        calls of one response run once."""
+        calls of one response run once. With `exit_behavior="ask"`, a person decides on
+        the call that stopped the request."""
+        asked = self._asked(request)
+        if asked is not None:
+            refusal = self._ask(request, *asked)
+            return refusal if refusal is not None else _with_snapshot(handler(request), asked[0])
         refusal = self._refusal(request)
         if refusal is not None:
             return refusal
@@ -289,6 +314,12 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         """Async twin of `wrap_tool_call`."""
+        asked = self._asked(request)
+        if asked is not None:
+            refusal = self._ask(request, *asked)
+            if refusal is not None:
+                return refusal
+            return _with_snapshot(await handler(request), asked[0])
         refusal = self._refusal(request)
         if refusal is not None:
             return refusal
@@ -392,6 +423,56 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             self.guard.report_fault(None, error)
             return None
 
+    def _asked(self, request: ToolCallRequest) -> tuple[Session, Call] | None:
+        """The session and the call when a person is to decide on this call: the guard
+        asks (`exit_behavior="ask"`), and the call is the one that stopped the request."""
+        if self.exit_behavior != "ask":
+            return None
+        try:
+            snapshot = request.state.get("loop_guard")
+            if not snapshot or not snapshot.get("stopped"):
+                return None  # the common case: the request goes on
+            session = _session_of(self.guard, request.state, request.runtime)
+            placed = _placed(request)
+            if placed is None:
+                return None
+            siblings, position = placed
+            call = siblings[position]
+            return (session, call) if session.asked_about == call.key else None
+        except Exception as error:  # a fault of the guard: the call is judged as usual
+            self.guard.report_fault(None, error)
+            return None
+
+    def _ask(self, request: ToolCallRequest, session: Session, call: Call) -> ToolMessage | None:
+        """Ask a person about the call that stopped the request: `None` when it is to run
+        after all (the session then lets the request go on), else its answer.
+
+        The run pauses here, in the tool node, where the reply that stopped it is already
+        checkpointed: resuming runs this node again, and nothing before the question
+        but the refusals of the reply's other calls, which run nothing.
+        """
+        stop = session.stop
+        if stop is None:
+            return None
+        question = ask_request(stop, call, repeated_result(messages_of(request.state), call.tool))
+        session.end_request()  # a paused thread holds nothing in memory
+        answer = interrupt(question)
+        choice = choice_of(answer)
+        if choice is None:
+            logger.warning(
+                "loop guard: %r answers none of the choices (allow, raise, stop, answer); "
+                "the request stops",
+                answer,
+            )
+        if choice in ("allow", "raise"):
+            session.resume(call, afresh=choice == "raise")
+            session.publish()
+            return None
+        refusal = block_message(call.id, call.tool, stop.message)
+        if choice == "answer":
+            refusal.response_metadata["loop_guard_end"] = "answer"
+        return refusal
+
     def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
         """The answer of a call the guard refused when it decided the reply, if refused.
 
@@ -417,6 +498,28 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         except Exception as error:  # a fault of the guard: this call runs unguarded
             self.guard.report_fault(None, error)
             return None
+
+
+def _with_snapshot(output: ToolMessage | Command[Any], session: Session) -> Command[Any]:
+    """A tool's output, with the guard's snapshot of a request a person let go on."""
+    snapshot = session.snapshot()
+    if not isinstance(output, Command):
+        return Command(update={"messages": [output], "loop_guard": snapshot})
+    if output.update is not None and not isinstance(output.update, Mapping):
+        return output  # an update as a list of writes: the tool's own, kept as it is
+    update = {**(output.update or {}), "loop_guard": snapshot}
+    return Command(graph=output.graph, update=update, resume=output.resume, goto=output.goto)
+
+
+def _checkpointed() -> bool:
+    """Whether the run has a checkpointer (`True` when it cannot be told: no run config
+    in sight, as in async hooks before Python 3.11)."""
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:
+        return True
+    # LangGraph's own key for the run's checkpointer (`CONFIG_KEY_CHECKPOINTER`).
+    return configurable.get("__pregel_checkpointer") is not None
 
 
 def _placed(request: ToolCallRequest) -> tuple[Sequence[Call], int] | None:
@@ -529,6 +632,8 @@ class _Turn(Generic[ResponseT]):
             return self._final_request()
         if not self.again or self.calls_left <= 0:
             return None
+        if self.response is None and self._stopped_before():
+            return self._final_request() if self.asking is not None else None
         self.again, self.calls_left = False, self.calls_left - 1
         steer = self._decide(self.middleware._record_results)
         if steer is not None:
@@ -554,6 +659,8 @@ class _Turn(Generic[ResponseT]):
         answers = self._decide(self.middleware._check_response)
         if not answers:  # nothing refused, no stop: the common case
             return
+        if self.middleware.exit_behavior == "ask" and self.session.stop is not None:
+            return  # the tool node answers the calls, and asks about the stopping one
         if any(isinstance(answer, AIMessage) for answer in answers):
             self.ending = list(answers)
             stop = self.session.stop
@@ -585,11 +692,13 @@ class _Turn(Generic[ResponseT]):
         an `after_model` hook could not take before langchain 1.4). An interrupt always
         propagates.
         """
-        if self.response is None or isinstance(error, GraphBubbleUp):
+        if isinstance(error, GraphBubbleUp):
             return False
         if self.asking is not None:
             final_answer_failed(error)
             return True
+        if self.response is None:
+            return False
         logger.warning(
             "loop guard: asking the model again after a refusal failed (%s: %s); "
             "the model is asked on the next step",
@@ -607,13 +716,16 @@ class _Turn(Generic[ResponseT]):
         with the model's last reply.
         """
         response = self.response
-        if response is None:  # never reached: the model is always called once
-            msg = "the model was not called"
-            raise RuntimeError(msg)
+        update: dict[str, Any] = {"loop_guard": self.session.snapshot()}
+        if response is None:  # stopped before this turn: its end is the whole result
+            if not self.ending:  # never reached: the model is called, or the turn ends
+                msg = "the model was not called"
+                raise RuntimeError(msg)
+            reply = ModelResponse(result=list(self.ending), structured_response=None)
+            return ExtendedModelResponse(model_response=reply, command=Command(update=update))
         if not self.changed and self.added == response.result:
             return response
         reply = ModelResponse(result=self.added, structured_response=response.structured_response)
-        update: dict[str, Any] = {"loop_guard": self.session.snapshot()}
         if self.ending:
             update["messages"] = self.ending
         if self.answered:
@@ -624,6 +736,20 @@ class _Turn(Generic[ResponseT]):
                 if isinstance(value, int):
                     update[count] = value + 1
         return ExtendedModelResponse(model_response=reply, command=Command(update=update))
+
+    def _stopped_before(self) -> bool:
+        """Whether the request stopped before this turn (a person, asked, chose to stop):
+        the model is not called again, and the turn ends the request, with the model's
+        own answer when the person asked for it."""
+        stop = self.session.stop
+        if stop is None:
+            return False
+        self.again = False
+        self.ending = [AIMessage(content=stop.message, name=_messages.GUARD_NAME)]
+        _, answers = last_batch(messages_of(self.state))
+        if any(answer.response_metadata.get("loop_guard_end") == "answer" for answer in answers):
+            self.asking, self.again = answer_request(stop), True
+        return True
 
     def _final_request(self) -> ModelRequest[Any] | None:
         """The request for the model's final answer, once: the history so far with the

@@ -1,6 +1,7 @@
 """A guarded agent for `langgraph dev` (and LangSmith Deployment): see README.md here.
 
-`graph` is a `create_agent` agent with `LoopGuardMiddleware`. Its model comes from the
+`graph` is a `create_agent` agent with `LoopGuardMiddleware`; `ask_graph` the same agent
+whose guard asks a person where it would stop. Its model comes from the
 `LOOP_GUARD_EXAMPLE_MODEL` environment variable:
 
 - unset or `scripted` (the default): a scripted model, offline, no API key, that keeps
@@ -21,7 +22,7 @@ from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, ToolException, tool
 
-from loop_guard import LoopGuardMiddleware
+from loop_guard import ExitBehavior, LoopGuardMiddleware
 from loop_guard.testing import ScriptedChatModel, stubborn
 
 MODEL_VARIABLE = "LOOP_GUARD_EXAMPLE_MODEL"
@@ -63,14 +64,16 @@ def make_model(name: str | None = None) -> BaseChatModel:
     return init_chat_model(name)
 
 
-def make_graph(model: BaseChatModel | None = None) -> Any:
+def make_graph(model: BaseChatModel | None = None, exit_behavior: ExitBehavior = "end") -> Any:
     """The guarded agent, compiled without a checkpointer (the server brings one)."""
     return create_agent(
         model or make_model(),
         TOOLS,
         system_prompt=SYSTEM_PROMPT,
-        middleware=[LoopGuardMiddleware()],
+        middleware=[LoopGuardMiddleware(exit_behavior=exit_behavior)],
     )
 
 
 graph = make_graph()
+ask_graph = make_graph(exit_behavior="ask")
+"""The same agent whose guard asks a person where it would stop (`exit_behavior="ask"`)."""

@@ -308,6 +308,37 @@ def test_a_second_request_on_the_thread_starts_clean(client: Any) -> None:
     assert [event["blocks"] for event in events] == [0, 1, 2, 3, 3], "blocks counted afresh"
 
 
+def test_a_served_agent_asks_a_person_and_resumes(client: Any) -> None:
+    """Over HTTP, the asking agent pauses where it would stop: the thread is interrupted
+    with the request `HumanInTheLoopMiddleware` makes; an approval resumes it (the call
+    runs once more) until it asks again; a rejection ends it with the guard's stop."""
+    thread_id = client.threads.create()["thread_id"]
+    task = {"messages": [{"role": "user", "content": TASK}]}
+    client.runs.wait(thread_id, "ask", input=task)
+    thread = client.threads.get(thread_id)
+    assert thread["status"] == "interrupted"
+    (pending,) = [i for task_interrupts in thread["interrupts"].values() for i in task_interrupts]
+    question = pending["value"]
+    assert question["action_requests"][0]["name"] == "read_file"
+    assert question["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
+    assert question["loop_guard"]["blocks"] == 3
+
+    approve = {"resume": {"decisions": [{"type": "approve"}]}}
+    client.runs.wait(thread_id, "ask", command=approve)
+    assert client.threads.get(thread_id)["status"] == "interrupted"
+    reject = {"resume": {"decisions": [{"type": "reject"}]}}
+    client.runs.wait(thread_id, "ask", command=reject)
+    assert client.threads.get(thread_id)["status"] == "idle"
+    messages = client.threads.get_state(thread_id)["values"]["messages"]
+    assert messages[-1]["name"] == "loop_guard"
+    assert messages[-1]["content"].startswith("Stopped by loop_guard")
+    ran = [m for m in messages if m["type"] == "tool" and "File not found" in str(m["content"])]
+    assert len(ran) == 4 + 1  # the loop's runs, and the one the approval allowed
+    asked = {c["id"] for m in messages if m["type"] == "ai" for c in m.get("tool_calls") or []}
+    answered = {m["tool_call_id"] for m in messages if m["type"] == "tool"}
+    assert answered == asked, "every tool call answered: the thread stays valid"
+
+
 def _example_module() -> Any:
     spec = importlib.util.spec_from_file_location("loop_guard_server_example", EXAMPLE / "agent.py")
     assert spec is not None
@@ -323,7 +354,8 @@ def test_the_example_graph_brings_no_checkpointer(monkeypatch: pytest.MonkeyPatc
     module = _example_module()
     assert module.graph.checkpointer is None
     config = json.loads((EXAMPLE / "langgraph.json").read_text())
-    assert config["graphs"] == {"agent": "./agent.py:graph"}
+    assert config["graphs"] == {"agent": "./agent.py:graph", "ask": "./agent.py:ask_graph"}
+    assert module.ask_graph.checkpointer is None
     assert (EXAMPLE / config["dependencies"][0] / "loop_guard" / "__init__.py").is_file()
 
 

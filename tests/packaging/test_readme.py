@@ -43,7 +43,9 @@ def test_every_readme_snippet_runs_and_prints_what_it_shows() -> None:
             assert namespace["model"].calls == 7
         printed += lines
     stops = [line for line in printed if line.startswith(STOP)]
-    assert len(stops) == (4 if DEEPAGENTS else 3)  # middleware, graph, handler, deep agent
+    # The middleware, the person who stops the asking one, the graph, the handler, the
+    # deep agent.
+    assert len(stops) == (5 if DEEPAGENTS else 4)
     assert namespace["result"]["messages"][-1].name == GUARD_NAME
     steer = namespace["steer"]
     assert isinstance(steer, Steer)
