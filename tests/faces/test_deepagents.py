@@ -306,3 +306,30 @@ def test_human_approval_in_a_guarded_subagent_never_asks_about_refused_calls(syn
     assert play.calls["sub"] == 7
     assert len(blocked(last_sub_run(play))) == 2  # the 3rd came with the stop
     assert task_results(result["messages"])[0].startswith("Stopped by loop_guard")
+
+
+def test_with_exit_behavior_ask_a_stopped_subagent_asks_the_person() -> None:
+    """The question of a subagent's guard pauses the whole deep agent; the person's answer
+    resumes the subagent where it stood: approved, its call runs once more; rejected,
+    its stop is the task's result."""
+    from langgraph.types import Command
+
+    play = Play(delegate(FIND), stubborn_sub)
+    agent = create_guarded_deep_agent(
+        ScriptedChatModel(script=play),
+        [],
+        middleware=[LoopGuardMiddleware(exit_behavior="ask")],
+        checkpointer=InMemorySaver(),
+    )
+    paused = ask(agent, True, THREAD)
+    (pending,) = paused["__interrupt__"]
+    assert pending.value["loop_guard"]["tool"] == READ_NOTES[0]
+    assert play.calls == {"sub": 7, "main": 1}
+    paused = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), THREAD)
+    assert "__interrupt__" in paused
+    assert play.calls["sub"] == 7 + 3  # the allowed run, then 3 refused replies
+    done = agent.invoke(Command(resume={"decisions": [{"type": "reject"}]}), THREAD)
+    (result,) = task_results(done["messages"])
+    assert result.startswith("Stopped by loop_guard")
+    assert done["messages"][-1].content == f"Report: {result}"
+    assert_valid_history(done["messages"])
