@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import (
     AIMessage,
@@ -68,16 +68,49 @@ def load(source: Path | str, thread: str | None = None) -> list[Conversation]:
 def read(source: Path | str, thread: str | None) -> list[Conversation | ScanError]:
     """The conversations of a source, and an error for each thread that cannot be read;
     raises `ScanError` when nothing can be read."""
+    return list(stream(source, [thread] if thread else None))
+
+
+def stream(
+    source: Path | str, threads: Sequence[str] | None = None
+) -> Iterator[Conversation | ScanError]:
+    """`read`, one conversation at a time: a checkpoint database's threads are read as they
+    are needed (`threads`, else every thread), so memory stays flat however many it holds."""
+    database = _database_of(source)
+    if database is not None:
+        yield from _read_checkpoints(database, threads)
+        return
+    yield from _read_file(Path(source))
+
+
+def thread_pages(source: Path | str, size: int) -> Iterator[list[str]]:
+    """A checkpoint database's thread ids, `size` at a time, in order; a file has none
+    (`[]`: read it whole)."""
+    database = _database_of(source)
+    if database is None:
+        return
+    with database() as opened:
+        after = ""
+        while page := opened.threads(after, size):
+            yield page
+            after = page[-1]
+
+
+def _database_of(source: Path | str) -> Callable[[], AbstractContextManager[_Database]] | None:
+    """What opens `source` when it is a checkpoint database (`None`: a file)."""
     if isinstance(source, str) and is_postgres_url(source):
-        return _read_checkpoints(_postgres, source, thread)
+        url = source
+        return lambda: _postgres(url)
     path = Path(source)
     try:
         with path.open("rb") as handle:
             head = handle.read(16)
     except OSError as error:
         raise ScanError(error.strerror or str(error)) from error
-    if head.startswith(b"SQLite format 3"):
-        return _read_checkpoints(_sqlite, path, thread)
+    return (lambda: _sqlite(path)) if head.startswith(b"SQLite format 3") else None
+
+
+def _read_file(path: Path) -> list[Conversation | ScanError]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -235,11 +268,16 @@ class _Database:
 
     name: str
     saver: BaseCheckpointSaver[Any]
-    threads: Callable[[], list[str]]
+    threads: Callable[[str, int], list[str]]  # (after, at most): the next thread ids, in order
     errors: tuple[type[Exception], ...]
 
 
-_THREADS = "SELECT DISTINCT thread_id FROM checkpoints WHERE checkpoint_ns = '' ORDER BY thread_id"
+# Keyset pages: a database of any size is listed a page at a time.
+_THREADS = (
+    "SELECT DISTINCT thread_id FROM checkpoints WHERE checkpoint_ns = '' AND thread_id > {0} "
+    "ORDER BY thread_id LIMIT {0}"
+)
+_PAGE = 1000  # thread ids listed at a time
 
 
 def _missing(what: str, package: str, extra: str, error: ImportError) -> ScanError:
@@ -298,8 +336,8 @@ def _sqlite(path: Path) -> Iterator[_Database]:
     except sqlite3.Error as error:
         raise ScanError(f"cannot open: {error}") from error
 
-    def threads() -> list[str]:
-        return [str(row[0]) for row in connection.execute(_THREADS)]
+    def threads(after: str, limit: int) -> list[str]:
+        return [str(row[0]) for row in connection.execute(_THREADS.format("?"), (after, limit))]
 
     try:
         yield _Database(path.name, SqliteSaver(connection, serde=serde), threads, (sqlite3.Error,))
@@ -331,8 +369,9 @@ def _postgres(url: str) -> Iterator[_Database]:
         detail = " ".join(str(error).split())
         raise ScanError(f"cannot connect: {detail}") from error
 
-    def threads() -> list[str]:
-        return [str(row["thread_id"]) for row in connection.execute(_THREADS)]
+    def threads(after: str, limit: int) -> list[str]:
+        rows = connection.execute(_THREADS.format("%s"), (after, limit))
+        return [str(row["thread_id"]) for row in rows]
 
     try:
         saver = PostgresSaver(connection, serde=serde)
@@ -341,29 +380,32 @@ def _postgres(url: str) -> Iterator[_Database]:
         connection.close()
 
 
-_Source = TypeVar("_Source", Path, str)
-
-
 def _read_checkpoints(
-    open_database: Callable[[_Source], AbstractContextManager[_Database]],
-    source: _Source,
-    thread: str | None,
-) -> list[Conversation | ScanError]:
+    open_database: Callable[[], AbstractContextManager[_Database]],
+    threads: Sequence[str] | None,
+) -> Iterator[Conversation | ScanError]:
     """Each thread of a checkpointer as a conversation: the messages of its latest checkpoint.
 
     A thread that cannot be read is an error of its own; the others are still read.
     """
-    results: list[Conversation | ScanError] = []
-    with open_database(source) as database:
+    with open_database() as database:
         try:
-            threads = [thread] if thread else sorted(database.threads())
-            for thread_id in threads:
-                results.append(_read_thread(database, thread_id))
+            for thread_id in _each_thread(database, threads):
+                yield _read_thread(database, thread_id)
         except database.errors as error:
             detail = " ".join(str(error).split())
             msg = f"not a LangGraph checkpoint database: {detail}"
             raise ScanError(msg) from error
-    return results
+
+
+def _each_thread(database: _Database, threads: Sequence[str] | None) -> Iterator[str]:
+    if threads is not None:
+        yield from threads
+        return
+    after = ""
+    while page := database.threads(after, _PAGE):
+        yield from page
+        after = page[-1]
 
 
 def _read_thread(database: _Database, thread_id: str) -> Conversation | ScanError:
