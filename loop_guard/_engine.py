@@ -305,6 +305,7 @@ class Engine:
             return state, ()
         index = position(state.batch, call.key)
         if index < 0:  # a batch settled by its stop (terminate): the call opens one again
+            state.settled = tuple(e for e in state.settled if e.call.key != call.key)
             state.batch, state.batch_explicit, index = (Entry(call),), True, 0
         _answer(state, index, call, ALLOWED)
         # The stop charged the response and saved the run: the run's settling charges

@@ -1,4 +1,4 @@
-"""The `loop-guard` command: `loop-guard demo` and `loop-guard scan`."""
+"""The `loop-guard` command: `loop-guard demo`, `loop-guard scan` and `loop-guard report`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import dataclasses
 import inspect
 import os
 import re
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from loop_guard._config import ENV_PREFIX, LoopGuardConfig, layered_config, parse_setting
@@ -71,9 +73,33 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     scan.add_argument("--json", action="store_true", help="print JSON for machines")
     _add_setting_flags(scan)
+    report = commands.add_parser(
+        "report",
+        help="a fleet report: how often recorded threads looped, what it cost, and where",
+        description="Scan every thread of the sources (what `loop-guard scan` reads) into one "
+        "self-contained HTML page and, with --json, the same numbers for dashboards. Exit "
+        "status: 0, or 2 when a source or a thread could not be read (each is named).",
+    )
+    report.add_argument("paths", nargs="+", metavar="PATH|URL",
+                        help="as for `loop-guard scan`; a folder: every file in it")  # fmt: skip
+    report.add_argument("-o", "--output", type=Path, metavar="HTML",
+                        help="the page to write (default: loop-guard-report.html, unless "
+                        "only --json is asked for)")  # fmt: skip
+    report.add_argument("--json", type=Path, metavar="PATH", dest="json_out",
+                        help="also write the numbers as JSON (- for standard output)")  # fmt: skip
+    report.add_argument("--compare", metavar="FLAGS",
+                        help="scan the same threads with other settings too, and show "
+                        "what changes, e.g. --compare='--block-threshold 8'")  # fmt: skip
+    report.add_argument("--worst", type=_integer, default=10, metavar="N",
+                        help="the threads whose timelines are shown (default: 10)")  # fmt: skip
+    report.add_argument("--jobs", type=_integer, metavar="N",
+                        help="worker processes (default: one per core)")  # fmt: skip
+    _add_setting_flags(report)
     args = parser.parse_args(argv)
     if args.command == "scan":
         return _scan(args)
+    if args.command == "report":
+        return _report(args)
     try:
         from loop_guard.demo import run_demo
     except ImportError as error:
@@ -110,6 +136,30 @@ def _scan(args: argparse.Namespace) -> int:
         print(f"loop-guard scan: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     return run_scan(args.paths, config, thread=args.thread, as_json=args.json)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from loop_guard.report import run_report
+    from loop_guard.scan import EXIT_UNREADABLE
+
+    try:
+        config = _scan_config(args, os.environ)
+        compare = None
+        if args.compare is not None:
+            settings = argparse.ArgumentParser(prog="--compare", add_help=False)
+            _add_setting_flags(settings)
+            other = settings.parse_args(shlex.split(args.compare))
+            compare = (args.compare.strip(), _scan_config(other, os.environ))
+    except (ValueError, SystemExit) as error:
+        print(f"loop-guard report: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    html = args.output
+    if html is None and args.json_out is None:
+        html = Path("loop-guard-report.html")
+    given = any(getattr(args, name) is not None for name in vars(args) if name.startswith(_SETTING))
+    label = "your settings" if given or args.pi else "defaults"
+    return run_report(args.paths, config, html=html, json_out=args.json_out, label=label,
+                      compare=compare, worst=args.worst, jobs=args.jobs)  # fmt: skip
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,14 @@ from langchain.agents.middleware.types import (
     PrivateStateAttr,
     ResponseT,
 )
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp
@@ -56,7 +63,7 @@ from loop_guard._langchain import (
     tool_names,
 )
 from loop_guard._state import SCHEMA_VERSION, migrate
-from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer
+from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer, Stop
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -203,8 +210,12 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             )
             raise ValueError(msg)
         session = self.guard.session(_conversation(state, runtime), _snapshot_of(state))
+        left = _left_unanswered(state, session.stop) if self.exit_behavior == "ask" else None
         session.start_request(uuid.uuid4().hex)
-        return {"loop_guard": session.snapshot()}
+        update: dict[str, Any] = {"loop_guard": session.snapshot()}
+        if left:
+            update["messages"] = left
+        return update
 
     @override
     def wrap_model_call(
@@ -498,6 +509,27 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         except Exception as error:  # a fault of the guard: this call runs unguarded
             self.guard.report_fault(None, error)
             return None
+
+
+def _left_unanswered(state: LoopGuardState[Any], stop: Stop | None) -> list[BaseMessage] | None:
+    """When a new request follows a question never answered (the person wrote again
+    instead), the stopping reply's calls answered "not run" before the new message, so
+    that the history stays valid: the messages that do it, else `None`."""
+    messages = messages_of(state)
+    newest = messages[-1] if messages else None
+    if stop is None or newest is None or newest.id is None:
+        return None
+    reply, answers = last_batch(messages[:-1])
+    if reply is None or not reply.tool_calls:
+        return None
+    answered = [answer is not None for answer in answers_to(calls_of(reply), answers)]
+    if all(answered):
+        return None
+    pending = stop_messages(reply, answered, stop)[:-1]  # without the stop's own message
+    # Removed, then added again after the answers under a new id: the reducer would put a
+    # message added under its own id back in its place.
+    moved = newest.model_copy(update={"id": uuid.uuid4().hex})
+    return [RemoveMessage(id=newest.id), *pending, moved]
 
 
 def _with_snapshot(output: ToolMessage | Command[Any], session: Session) -> Command[Any]:

@@ -22,6 +22,7 @@ from loop_guard._engine import Engine
 from loop_guard._events import GuardEvent
 from loop_guard._history import is_user_message, replay
 from loop_guard._langchain import keys_of, tokens_of
+from loop_guard._messages import GUARD_NAME
 from loop_guard._readers import (
     CHECKPOINT_FLOOR,
     Conversation,
@@ -144,6 +145,8 @@ def _after_stop(request: Sequence[BaseMessage], key: str) -> LoopCost:
     model_calls = tokens = tool_runs = 0
     seen = False  # the stopping response (whose refused calls the replay charged)
     for message in request:
+        if message.name == GUARD_NAME:  # the guard's own words: no model call of the run
+            continue
         if isinstance(message, AIMessage):
             if seen:
                 model_calls += 1

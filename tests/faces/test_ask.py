@@ -223,3 +223,43 @@ def test_a_stop_answered_by_the_tool_node_keeps_every_call_answered() -> None:
     assert_valid_history(done["messages"])
     answers = [m for m in done["messages"] if isinstance(m, ToolMessage)]
     assert len(answers) == 2 * 7
+
+
+def test_a_new_request_after_an_unanswered_question_keeps_the_history_valid() -> None:
+    """The person writes again instead of answering: the stopping reply's calls are
+    answered "not run" before the new message, and the new request starts clean."""
+    runs = ToolRuns()
+
+    def script(messages: Any, index: int) -> AIMessage:
+        users = [m for m in messages if m.type == "human" and m.name != GUARD_NAME]
+        return AIMessage("Here is something else.") if len(users) > 1 else looping(messages, index)
+
+    looping = stubborn(LIST)
+    model = ScriptedChatModel(script=script)
+    agent = create_agent(model, make_tools(runs), middleware=[
+        LoopGuardMiddleware(exit_behavior="ask")], checkpointer=InMemorySaver())  # fmt: skip
+    config: Any = {"configurable": {"thread_id": "t"}}
+    assert "__interrupt__" in agent.invoke(ask(), config)
+    done = agent.invoke(ask("Something else, then"), config)
+    messages = done["messages"]
+    assert_valid_history(messages)
+    assert messages[-2].text == "Something else, then"
+    assert messages[-1].text == "Here is something else."
+    assert not agent.get_state(config).values["loop_guard"].get("stopped")
+
+
+@pytest.mark.parametrize("answer", [APPROVE, EDIT])
+def test_with_use_terminate_the_allowed_call_counts(answer: Any) -> None:
+    """A request stopped by `use_terminate` (every call of a reply refused): the call a
+    person lets run is recorded like any, and charged once."""
+    runs = ToolRuns()
+    middleware = LoopGuardMiddleware(exit_behavior="ask", use_terminate=True)
+    model = ScriptedChatModel(script=stubborn(LIST))
+    agent = create_agent(model, make_tools(runs), middleware=[middleware],
+                         checkpointer=InMemorySaver())  # fmt: skip
+    config: Any = {"configurable": {"thread_id": "t"}}
+    assert "__interrupt__" in agent.invoke(ask(), config)
+    assert "__interrupt__" in agent.invoke(Command(resume=answer), config)
+    cost = middleware.guard.stats.cost
+    assert cost.tool_runs == runs.counts["list_dir"] - 1  # all but the first run, a fair one
+    assert cost.model_calls == model.calls - 1

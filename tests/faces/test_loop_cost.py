@@ -143,3 +143,14 @@ def test_the_scan_table_ends_with_the_totals() -> None:
     print_table([scan_conversation(LoopGuardConfig(), Conversation("loop", messages))], out)
     assert "spent in loops: 3 model calls, 3 tool runs, 300 tokens\n" in out.getvalue()
     assert "saved by the guard: nothing\n" in out.getvalue()
+
+
+def test_the_scan_of_a_run_the_guard_stopped_saves_nothing_more() -> None:
+    """A recording of a guarded run: the guard's own stop message is no model call the
+    stop saved."""
+    events: list[GuardEvent] = []
+    model = ScriptedChatModel(script=with_usage(stubborn(READ), 90, 10))
+    agent, _ = guarded_agent("middleware", model, make_tools(ToolRuns()), on_event=events.append)
+    messages = agent.invoke(ask(), {"configurable": {"thread_id": "t"}})["messages"]
+    report = scan_conversation(LoopGuardConfig(), Conversation("guarded", messages))
+    assert report.cost == events[-1].cost == KINDS_AND_COSTS[-1][1]
