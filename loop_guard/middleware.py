@@ -443,13 +443,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             snapshot = request.state.get("loop_guard")
             if not snapshot or not snapshot.get("stopped"):
                 return None  # the common case: the request goes on
-            session = _session_of(self.guard, request.state, request.runtime)
-            placed = _placed(request)
-            if placed is None:
-                return None
-            siblings, position = placed
-            call = siblings[position]
-            return (session, call) if session.asked_about == call.key else None
+            found = _session_and_call(self.guard, request)
+            return found if found is not None and found[0].asked_about == found[1].key else None
         except Exception as error:  # a fault of the guard: the call is judged as usual
             self.guard.report_fault(None, error)
             return None
@@ -496,12 +491,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             current = snapshot and snapshot.get("v") == SCHEMA_VERSION
             if current and not self.guard._refuses_any(snapshot):
                 return None  # the common case: nothing of the reply was refused
-            session = _session_of(self.guard, request.state, request.runtime)
-            placed = _placed(request)
-            if placed is None:
+            found = _session_and_call(self.guard, request)
+            if found is None:
                 return None
-            siblings, position = placed
-            call = siblings[position]
+            session, call = found
             verdict = session.verdict_of(call)
             if not isinstance(verdict, Block):
                 return None
@@ -552,6 +545,16 @@ def _checkpointed() -> bool:
         return True
     # LangGraph's own key for the run's checkpointer (`CONFIG_KEY_CHECKPOINTER`).
     return configurable.get("__pregel_checkpointer") is not None
+
+
+def _session_and_call(guard: LoopGuard, request: ToolCallRequest) -> tuple[Session, Call] | None:
+    """The conversation's session and the call a tool call is, in its reply."""
+    session = _session_of(guard, request.state, request.runtime)
+    placed = _placed(request)
+    if placed is None:
+        return None
+    siblings, position = placed
+    return session, siblings[position]
 
 
 def _placed(request: ToolCallRequest) -> tuple[Sequence[Call], int] | None:

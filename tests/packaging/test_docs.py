@@ -24,21 +24,11 @@ from urllib.parse import unquote, urljoin, urlsplit
 import pytest
 
 from tests.support import ROOT
+from tests.support.browser import artifacts, chromium, need_chromium
 from tests.support.snippets import run_snippets, snippets, user_namespace
 
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
-CHROMIUM = Path("/usr/bin/chromium")
-BROWSER_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 class Page(HTMLParser):
@@ -173,29 +163,10 @@ class QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
-def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(CHROMIUM), *BROWSER_FLAGS, f"--user-data-dir={profile}", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def artifacts() -> Path:
-    folder = Path(os.environ.get("LOOP_GUARD_ARTIFACTS") or ROOT / "artifacts") / "docs"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
 def test_every_page_renders_in_a_browser(site: Path, served: str, tmp_path: Path) -> None:
     """Each page, opened in headless Chromium, shows its title and Material's navigation;
     the home page and the API reference are saved as screenshots."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing: CI installs Debian's chromium (.ci/run)")
-        pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium)")
+    need_chromium()
     for name, built in built_pages(site).items():
         path = "" if name == "index.md" else f"{Path(name).stem}/"
         opened = chromium(tmp_path / "profile", "--dump-dom", served + path)
@@ -206,7 +177,7 @@ def test_every_page_renders_in_a_browser(site: Path, served: str, tmp_path: Path
         if name == "reference.md":
             assert {"loop_guard.LoopGuardMiddleware", "loop_guard.testing"} <= dom.ids
 
-    shots = artifacts()
+    shots = artifacts("docs")
     for name, path in (("home", ""), ("reference", "reference/")):
         shot = shots / f"{name}.png"
         shot.unlink(missing_ok=True)

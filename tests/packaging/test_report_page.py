@@ -8,8 +8,6 @@ except under CI, where it must be there. A screenshot is saved in `artifacts/rep
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -17,21 +15,10 @@ from typing import Any
 import pytest
 
 from loop_guard._report_page import render_page
-from tests.support import ROOT
+from tests.support.browser import artifacts, chromium, need_chromium
 
 pytestmark = pytest.mark.internals(reason="renders report dicts the tests build themselves")
 
-CHROMIUM = Path("/usr/bin/chromium")
-BROWSER_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 CHARTS = {"outcomes", "shapes", "tools", "cost", "loop-length", "timeline", "compare"}
 HOSTILE = 'db.sqlite:<script>alert("x")</script>&"'
 
@@ -238,30 +225,11 @@ def test_another_schema_is_refused() -> None:
         render_page({**REPORT, "version": 2})
 
 
-def artifacts() -> Path:
-    folder = Path(os.environ.get("LOOP_GUARD_ARTIFACTS") or ROOT / "artifacts") / "report"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(CHROMIUM), *BROWSER_FLAGS, f"--user-data-dir={profile}", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 @pytest.mark.slow
 def test_the_page_renders_in_a_browser(tmp_path: Path) -> None:
     """Opened from a file in headless Chromium, the page holds every chart and one timeline
     per worst thread; its screenshot is saved."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing: CI installs Debian's chromium (.ci/run)")
-        pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium)")
+    need_chromium()
     html = tmp_path / "report.html"
     html.write_text(render_page(REPORT), encoding="utf-8")
     opened = chromium(tmp_path / "profile", "--dump-dom", html.as_uri())
@@ -273,7 +241,7 @@ def test_the_page_renders_in_a_browser(tmp_path: Path) -> None:
     assert len(rows) == len(REPORT["worst"])
     assert HOSTILE in " ".join(dom.text)
 
-    shot = artifacts() / "report.png"
+    shot = artifacts("report") / "report.png"
     shot.unlink(missing_ok=True)
     taken = chromium(
         tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2400", html.as_uri()
