@@ -8,13 +8,13 @@ except under CI, where it must be there. A screenshot is saved in `artifacts/rep
 from __future__ import annotations
 
 import copy
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loop_guard._report_page import render_page
+from tests.support.browser import ReportPage as Page
 from tests.support.browser import artifacts, chromium, need_chromium
 
 pytestmark = pytest.mark.internals(reason="renders report dicts the tests build themselves")
@@ -121,38 +121,6 @@ REPORT: dict[str, Any] = {
         ],
     },
 }
-
-
-class Page(HTMLParser):
-    """What a page holds: each chart's `data-chart` names (one per chart drawn), its element
-    ids, its links, and its text."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__(convert_charrefs=True)
-        self.charts: list[str] = []
-        self.ids: list[str] = []
-        self.links: list[str] = []
-        self.text: list[str] = []
-        self.svgs_without_title: int = 0
-        self._open_svg: str | None = None  # the chart whose `<title>` is still to come
-        self.feed(html)
-        self.close()
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = {name: value or "" for name, value in attrs}
-        if "id" in values:
-            self.ids.append(values["id"])
-        self.links += [values[name] for name in ("href", "src") if name in values]
-        if tag == "svg" and "data-chart" in values:
-            self.charts.append(values["data-chart"])
-            assert values.get("role") == "img", values
-            self._open_svg = values["data-chart"]
-        elif tag in {"title", "desc"} and self._open_svg is not None:
-            assert tag == "title", f"{self._open_svg}: its first child is not its <title>"
-            self._open_svg = None
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
 
 
 def test_the_page_draws_every_chart_self_contained_and_escaped() -> None:

@@ -161,3 +161,28 @@ def test_an_unreadable_source_is_named_and_counted(
     assert "broken.json" in err.getvalue()
     written = json.loads((tmp_path / "r.json").read_text())
     assert (written["threads"], written["unreadable"]) == (THREADS, 1)
+
+
+def test_the_fleets_page_renders_in_a_browser(
+    fleet: tuple[Path, FleetTruth], tmp_path: Path
+) -> None:
+    """The page of the generated fleet, opened in headless Chromium: every chart, and a
+    timeline per worst thread with the guard's marks; its screenshot is kept."""
+    from tests.support.browser import ReportPage, artifacts, chromium, need_chromium
+
+    need_chromium()
+    path, _ = fleet
+    page = tmp_path / "fleet.html"
+    assert main(["report", str(path), "-o", str(page), "--jobs", "2", "--compare=--pi"]) == 0
+    opened = chromium(tmp_path / "profile", "--dump-dom", page.as_uri())
+    assert opened.returncode == 0, opened.stderr[-2000:]
+    dom = ReportPage(opened.stdout)
+    charts = {"outcomes", "shapes", "tools", "cost", "loop-length", "timeline", "compare"}
+    assert set(dom.charts) == charts
+    assert dom.charts.count("timeline") == 10
+    shot = artifacts("report") / "fleet.png"
+    shot.unlink(missing_ok=True)
+    taken = chromium(tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,3000",
+                     page.as_uri())  # fmt: skip
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    assert shot.stat().st_size > 10_000

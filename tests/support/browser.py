@@ -1,10 +1,12 @@
-"""Debian's headless Chromium, for the tests that open pages in a real browser, and the folder
-their screenshots are kept in for a person to look at."""
+"""Debian's headless Chromium, for the tests that open pages in a real browser, the folder
+their screenshots are kept in for a person to look at, and a reader of the fleet report's
+page."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,35 @@ def artifacts(name: str) -> Path:
     folder = Path(os.environ.get("LOOP_GUARD_ARTIFACTS") or ROOT / "artifacts") / name
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+class ReportPage(HTMLParser):
+    """What a fleet report's page holds: each chart's `data-chart` name (one per chart
+    drawn), its element ids, its links, and its text."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.charts: list[str] = []
+        self.ids: list[str] = []
+        self.links: list[str] = []
+        self.text: list[str] = []
+        self.svgs_without_title: int = 0
+        self._open_svg: str | None = None  # the chart whose `<title>` is still to come
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {name: value or "" for name, value in attrs}
+        if "id" in values:
+            self.ids.append(values["id"])
+        self.links += [values[name] for name in ("href", "src") if name in values]
+        if tag == "svg" and "data-chart" in values:
+            self.charts.append(values["data-chart"])
+            assert values.get("role") == "img", values
+            self._open_svg = values["data-chart"]
+        elif tag in {"title", "desc"} and self._open_svg is not None:
+            assert tag == "title", f"{self._open_svg}: its first child is not its <title>"
+            self._open_svg = None
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
