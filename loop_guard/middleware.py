@@ -653,9 +653,11 @@ class _Turn(Generic[ResponseT]):
         self.response: ModelResponse[ResponseT] | None = None
         self.changed = False  # the guard's snapshot changed
         self.again = True  # the model is to be called (again)
-        # Each reply refused in full adds a block, and `abort_threshold` blocks stop the
-        # request: the bound is a backstop only.
-        self.calls_left = middleware.guard.config.abort_threshold + 2
+        # Each reply refused in full adds a block, and enough blocks stop the request
+        # (`abort_threshold`, or more once a person let it go on): the bound is a backstop.
+        state = self.session.state
+        stops_at = max(middleware.guard.config.abort_threshold, state.rearm)
+        self.calls_left = max(stops_at - state.blocks, 0) + 2
         # Once a stop is due with `exit_behavior="answer"`: what the model is told when it
         # is asked for its final answer.
         self.asking: HumanMessage | None = None
@@ -709,6 +711,7 @@ class _Turn(Generic[ResponseT]):
             and reply.tool_calls
             and refusals == len(reply.tool_calls)
             and response.structured_response is None
+            and self.calls_left > 0  # else the tool node answers them, as after a failure
         ):
             self._add(answers)
             self.again = True
