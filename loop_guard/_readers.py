@@ -90,10 +90,7 @@ def thread_pages(source: Path | str, size: int) -> Iterator[list[str]]:
     if database is None:
         return
     with database() as opened:
-        after = ""
-        while page := opened.threads(after, size):
-            yield page
-            after = page[-1]
+        yield from _pages(opened, size)
 
 
 def _database_of(source: Path | str) -> Callable[[], AbstractContextManager[_Database]] | None:
@@ -402,9 +399,15 @@ def _each_thread(database: _Database, threads: Sequence[str] | None) -> Iterator
     if threads is not None:
         yield from threads
         return
-    after = ""
-    while page := database.threads(after, _PAGE):
+    for page in _pages(database, _PAGE):
         yield from page
+
+
+def _pages(database: _Database, size: int) -> Iterator[list[str]]:
+    """The database's thread ids, `size` at a time, in order (keyset pages)."""
+    after = ""
+    while page := database.threads(after, size):
+        yield page
         after = page[-1]
 
 
