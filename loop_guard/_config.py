@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, final
 
+from loop_guard._repeated_text import DEFAULT_MIN_CHARS
 from loop_guard._volatile import normalize_fresh, normalize_volatile
 
 logger = logging.getLogger("loop_guard")
@@ -162,6 +163,15 @@ class LoopGuardConfig:
             steered and blocked than one of exact repeats (>= 0).
         dedupe_siblings: Identical calls within one model response run once; the
             others receive the same result, marked as a duplicate.
+        detect_repeated_text: Catch a reply that keeps repeating a chunk of its own
+            text (a sentence, a line, a code block): it is cut where the repetition
+            began (while it streams, the generation stops there), the model is steered,
+            and further such replies in the request count as blocks toward the stop.
+            Tables, lists, code with similar lines, dividers and refrains are not
+            repetitions (see Repeated text).
+        repeated_text_chars: How much text must repeat back to back before a reply is
+            cut, in characters (>= 100; about 4 per token). Text of symbols only
+            (dividers, box drawing) needs four times as much.
         tools: A `ToolPolicy` per tool name: thresholds, ignore rules, normalisers.
 
     Raises:
@@ -197,6 +207,8 @@ class LoopGuardConfig:
     fresh_results: bool = True
     near_repeat_patience: int = 2
     dedupe_siblings: bool = False
+    detect_repeated_text: bool = True
+    repeated_text_chars: int = DEFAULT_MIN_CHARS
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
@@ -210,6 +222,7 @@ class LoopGuardConfig:
             _check_threshold(name, getattr(self, name), minimum=2)
         _check_threshold("same_error_threshold", self.same_error_threshold, minimum=3)
         _check_threshold("near_repeat_patience", self.near_repeat_patience, minimum=0)
+        _check_threshold("repeated_text_chars", self.repeated_text_chars, minimum=100)
         _check_order(self.warn_threshold, self.block_threshold, "")
         object.__setattr__(self, "ignore_tools", _as_names(self.ignore_tools))
         object.__setattr__(self, "tools", MappingProxyType(_as_policies(self.tools)))
@@ -364,6 +377,7 @@ _BOOLEANS = (
     "volatile_results",
     "fresh_results",
     "dedupe_siblings",
+    "detect_repeated_text",
 )
 _PI_OFF = dict.fromkeys(
     (
@@ -373,6 +387,7 @@ _PI_OFF = dict.fromkeys(
         "detect_unknown_tools",
         "detect_same_error",
         "fresh_results",
+        "detect_repeated_text",
     ),
     False,
 )
@@ -581,6 +596,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "backstop_threshold": _parse_threshold,
     "same_error_threshold": _parse_threshold,
     "near_repeat_patience": _parse_count,
+    "repeated_text_chars": _parse_threshold,
     "ignore_tools": _parse_names,
     "tools": _parse_policies,
 }

@@ -66,6 +66,7 @@ from typing import cast, final
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._detectors import REFUSALS, STEERS, Cycle, steer_broken, window
+from loop_guard._messages import REPLY
 from loop_guard._state import (
     ALLOWED,
     BLOCKED,
@@ -312,6 +313,55 @@ class Engine:
         # the response, its run and its tokens again, as for any loop step.
         undo = LoopCost(model_calls=-1, tokens=-state.batch_tokens, tool_runs_saved=-1)
         return state, (_charge(state, call, undo),)
+
+    def repeated_text(
+        self, state: RequestState, reply_id: str, repeats: int, tokens: int = 0
+    ) -> Transition:
+        """The reply `reply_id` was cut where it began repeating its own text, `repeats`
+        times when it was cut (see Repeated text); `tokens` is what it cost. Telling
+        the same reply again changes nothing.
+
+        Steered like a tool loop: the first such reply of a request steers the model
+        (a `Steer` due before its next call), each later one is a `Block` of the
+        reply's rest, its message due the same way, and the blocks count toward the
+        stop with the tools' own. The reply is charged as a loop's (`LoopCost`).
+        """
+        config = self.config
+        if (
+            not config.enabled
+            or not config.detect_repeated_text
+            or state.stopped is not None
+            or reply_id in state.text_loops
+        ):
+            return state, ()
+        state = clone(state)
+        state.text_loops = (*state.text_loops, reply_id)
+        call = make_call(REPLY, "", None, reply_id, f"{REPLY}#{reply_id}")
+        spent = _charge(state, call, LoopCost(model_calls=1, tokens=tokens))
+        replies = len(state.text_loops)
+        if replies == 1:
+            message = _messages.repeated_text_steer_text(repeats)
+            steer = Steer(
+                call=call, message=message, streak=repeats, reason="repeated_text", cost=state.cost
+            )
+            state.steer = steer
+            return state, (spent, steer)
+        state.blocks += 1
+        message = _messages.repeated_text_block_text(replies)
+        block = Block(
+            call=call,
+            message=message,
+            streak=repeats,
+            blocks=state.blocks,
+            reason="repeated_text",
+            cost=state.cost,
+        )
+        if state.blocks >= config.abort_threshold and state.blocks >= state.rearm:
+            _stop_request(state, "abort", REPLY)
+            return state, (spent, block, self._stop(state, call))
+        # Its message reaches the model as a steer's does; its event is the block's.
+        state.steer = Steer(call=call, message=message, streak=repeats, reason="repeated_text")
+        return state, (spent, block)
 
     def asked_about(self, state: RequestState) -> str | None:
         """The key of the call a person is asked about when the request stopped: the
@@ -718,11 +768,12 @@ class Engine:
 
     def _stop(self, state: RequestState, call: Call) -> Stop:
         kind = state.stopped or "abort"
-        message = (
-            _messages.abort_text(state.stop_tool, state.blocks)
-            if kind == "abort"
-            else _messages.terminate_text(state.stop_tool)
-        )
+        if state.stop_tool == REPLY:
+            message = _messages.repeated_text_stop_text(len(state.text_loops))
+        elif kind == "abort":
+            message = _messages.abort_text(state.stop_tool, state.blocks)
+        else:
+            message = _messages.terminate_text(state.stop_tool)
         return Stop(
             kind=kind,
             call=call,

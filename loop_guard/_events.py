@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, final
 
+from loop_guard._messages import REPLY
 from loop_guard._values import (
     NO_COST,
     Block,
@@ -282,8 +283,8 @@ class Events:
                     if value := getattr(cost, name):
                         self._counts[tool, name] += value
                 continue
-            if isinstance(decision, Block):
-                self._counts[decision.call.tool, "calls"] += 1
+            if isinstance(decision, Block) and decision.call.tool != REPLY:
+                self._counts[decision.call.tool, "calls"] += 1  # a refused call
             event = GuardEvent.of(conversation, decision)
             self._counts[event.tool, _COUNTER_OF_KIND[event.kind]] += 1
             events.append(event)

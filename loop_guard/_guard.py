@@ -488,6 +488,29 @@ class Session:
         """Close the open batch now, counting the calls that have results."""
         self._run(lambda state: _no_value(self._engine.settle(state)))
 
+    def repeated_text(self, reply_id: str, repeats: int, tokens: int = 0) -> Steer | Stop | None:
+        """Say that the reply `reply_id` (its message id) was cut where it began
+        repeating its own text, `repeats` times by then (`TextWatch`); `tokens` is what
+        it cost. What comes next: the `Stop` that ended the request, else the message
+        due before the model's next call (a `Steer`, claimed for delivery by `finish`
+        or `take_steer`, not here), else `None`. Saying it of the same reply again
+        changes nothing.
+
+        Examples:
+            >>> session = LoopGuard().session("thread-1")
+            >>> type(session.repeated_text("reply-1", repeats=40)).__name__
+            'Steer'
+        """
+
+        def record(
+            state: RequestState,
+        ) -> tuple[RequestState, Steer | Stop | None, Sequence[Decision]]:
+            engine = self._engine
+            state, decisions = engine.repeated_text(state, reply_id, repeats, tokens)
+            return state, engine.stop_of(state) or state.steer, decisions
+
+        return self._run(record)
+
     @property
     def asked_about(self) -> str | None:
         """The `Call.key` of the call a person is asked about once the request stopped."""

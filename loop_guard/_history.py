@@ -29,6 +29,7 @@ from loop_guard._langchain import (
     tokens_of,
 )
 from loop_guard._messages import GUARD_NAME
+from loop_guard._reply_watch import repeats_in
 from loop_guard._state import RequestState
 from loop_guard._values import Call, Decision, Proceed
 
@@ -187,7 +188,10 @@ def catch_up(
         for index, message in enumerate(messages)
         if isinstance(message, AIMessage) and message.tool_calls
     ]
+    replies = 0  # where the replies not yet read for repeated text begin
     for number, index in enumerate(responses):
+        state = _cut_replies(engine, state, messages[replies : index + 1], replies, observe)
+        replies = index + 1
         message = cast("AIMessage", messages[index])
         end = responses[number + 1] if number + 1 < len(responses) else len(messages)
         later = messages[index + 1 : end]
@@ -210,6 +214,34 @@ def catch_up(
             decisions = ()
         if end < len(messages) or any(map(_delivers_steer, later)):
             state, _ = engine.take_steer(state)
+    return _cut_replies(engine, state, messages[replies:], replies, observe)
+
+
+def _cut_replies(
+    engine: Engine,
+    state: RequestState,
+    messages: Sequence[BaseMessage],
+    offset: int,
+    observe: Observer | None,
+) -> RequestState:
+    """`state` after the replies among `messages` that repeated their own text (cut by
+    the guard, or recorded whole); `offset`: where `messages` begin in the history, which
+    names a reply that has no id."""
+    config = engine.config
+    if not config.enabled or not config.detect_repeated_text:
+        return state
+    for index, message in enumerate(messages):
+        if not isinstance(message, AIMessage):
+            continue
+        repeats = repeats_in(message, config.repeated_text_chars)
+        if repeats is None:
+            continue
+        reply_id = message.id or f"reply-{offset + index}"
+        state, decisions = engine.repeated_text(state, reply_id, repeats, tokens_of(message))
+        if decisions and engine.stop_of(state) is None and index + 1 < len(messages):
+            state, _ = engine.take_steer(state)  # the model was asked again after it
+        if observe is not None and decisions:
+            observe(decisions[0].call, decisions)
     return state
 
 

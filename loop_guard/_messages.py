@@ -12,6 +12,10 @@ import re
 GUARD_NAME = "loop_guard"
 """The `name` of every message the guard inserts, so it is recognisable in a history."""
 
+REPLY = "(reply)"
+"""The `tool` of a decision about the model's reply itself, not about a tool call: a
+reply cut for repeating its own text (reason `'repeated_text'`)."""
+
 
 _NEAR = " (only ids, times or counters in it changed)"
 
@@ -94,6 +98,12 @@ def ask_text(tool: str, streak: int, blocks: int, result: str | None) -> str:
 
 def final_answer_request_text(tool: str) -> str:
     """What the model is told when the request is stopped and it is asked to answer."""
+    if tool == REPLY:
+        return (
+            "LOOP GUARD: this request was stopped, because your replies kept repeating the "
+            "same text. No tool can be called any more. Answer the user now, briefly and "
+            "without repeating yourself: what you found, what you could not finish, and why."
+        )
     return (
         f"LOOP GUARD: this request was stopped, because you kept calling {_code(tool)} with "
         "the same arguments and getting the same result. No tool can be called any more. "
@@ -214,6 +224,41 @@ def same_error_block_text(tool: str) -> str:
         f"also after you were told so. Do not call {_code(tool)} again with other arguments; use "
         "another tool or approach, or give your final answer and say that the tool is "
         "failing."
+    )
+
+
+def repeated_text_note(repeats: int) -> str:
+    """Appended to a reply cut where it began repeating its own text."""
+    return (
+        f"\n\n[loop_guard: cut here; the rest of this reply repeated the text above, "
+        f"{repeats} times when it was cut]"
+    )
+
+
+def repeated_text_steer_text(repeats: int) -> str:
+    """The steer message after a reply was cut for repeating its own text."""
+    return (
+        f"LOOP GUARD: your last reply kept repeating the same text ({repeats} times in a "
+        "row), so it was cut where the repetition began. Do not repeat it: go on from "
+        "there with something new, call a tool, or give your final answer."
+    )
+
+
+def repeated_text_block_text(replies: int) -> str:
+    """The message after another reply of the same request was cut for repeating itself."""
+    return (
+        f"LOOP GUARD: your reply was cut again for repeating the same text over and over "
+        f"({replies} replies in this request). Write something new and short, or give "
+        "your final answer now; repeating yourself again will end the request."
+    )
+
+
+def repeated_text_stop_text(replies: int) -> str:
+    """The final message to the user when replies kept repeating their own text."""
+    return (
+        f"Stopped by loop_guard: the model kept repeating the same text in its replies "
+        f"({replies} replies were cut). The request was ended to avoid wasting further "
+        "tokens; try rephrasing it."
     )
 
 

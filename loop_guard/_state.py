@@ -170,6 +170,8 @@ class RequestState:
     # blocks it must reach before it may stop again (the gap doubles with each answer).
     resumed: int = 0
     rearm: int = 0
+    # The replies (by message id) cut for repeating their own text in this request.
+    text_loops: tuple[str, ...] = ()
 
     @property
     def awaiting(self) -> tuple[Call, ...]:
@@ -266,6 +268,8 @@ class RequestState:
         if self.resumed:
             snapshot["resumed"] = self.resumed
             snapshot["rearm"] = self.rearm
+        if self.text_loops:
+            snapshot["text_loops"] = list(self.text_loops)
         return snapshot
 
     @classmethod
@@ -316,6 +320,7 @@ class RequestState:
             batch_tokens=int(data.get("batch_tokens", 0)),
             resumed=int(data.get("resumed", 0)),
             rearm=int(data.get("rearm", 0)),
+            text_loops=tuple(map(str, data.get("text_loops", ()))),
         )
 
 
@@ -427,6 +432,7 @@ def clone(state: RequestState) -> RequestState:
     copy.batch_tokens = state.batch_tokens
     copy.resumed = state.resumed
     copy.rearm = state.rearm
+    copy.text_loops = state.text_loops
     return copy
 
 

@@ -23,7 +23,9 @@ StopKind = Literal["abort", "terminate"]
   the guard decides: terminate).
 """
 
-Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool", "same_error"]
+Reason = Literal[
+    "repeat", "cycle", "interleaved", "returned", "unknown_tool", "same_error", "repeated_text"
+]
 """Which detector a steer or block came from.
 
 - `'repeat'`: the same call and result in a row (see How the guard decides: the streak).
@@ -33,6 +35,8 @@ Reason = Literal["repeat", "cycle", "interleaved", "returned", "unknown_tool", "
   block with this reason is the steer's backstop).
 - `'unknown_tool'`: repeated calls to a tool that does not exist.
 - `'same_error'`: a tool returning the identical error whatever its args.
+- `'repeated_text'`: a reply that kept repeating a chunk of its own text (its
+  decisions' `call.tool` is `REPLY`).
 """
 
 

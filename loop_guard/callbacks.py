@@ -15,7 +15,7 @@ from langgraph.errors import ParentCommand
 from langgraph.types import Command
 from typing_extensions import override
 
-from loop_guard._conversation import RunTree, session_for
+from loop_guard._conversation import ConversationKey, RunTree, session_for
 from loop_guard._faces import attach_sinks
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
@@ -28,6 +28,7 @@ from loop_guard._langchain import (
     tokens_of,
 )
 from loop_guard._messages import GUARD_NAME
+from loop_guard._reply_watch import ReplyWatches
 from loop_guard._values import Call, LoopGuardAbort, Result, Stop
 
 
@@ -43,7 +44,7 @@ class _StopIsNotAnError(logging.Filter):
         return not (
             isinstance(args, tuple)
             and len(args) == 3
-            and args[1] == "on_chat_model_start"
+            and args[1] in ("on_chat_model_start", "on_llm_new_token")
             and str(args[2]).startswith((f"{LoopGuardAbort.__name__}(", f"{_GraphStop.__name__}("))
         )
 
@@ -70,7 +71,11 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
     groups each model response's tool calls into a batch, records every result, emits
     the guard's events, and refuses the next model call once the request was stopped
     (raising `LoopGuardAbort`; in a subgraph, such as a `Send` branch or a subagent, it
-    ends that subgraph with the stop message instead, and its caller goes on). A
+    ends that subgraph with the stop message instead, and its caller goes on). A reply
+    that keeps repeating its own text counts as the middleware counts it (a steer,
+    then blocks toward the stop), read from its tokens as it streams and whole once
+    finished; it cannot be cut without ending the run, so a streaming reply is stopped
+    only when it stops the request (`LoopGuardMiddleware` cuts it). A
     thread's state outlives a run (a resume after a pause), bounded by the guard's
     `max_conversations`. Blocking a call before it runs is the job of
     `guard_tools` and `LoopGuardNode`; combined with them, no step is counted twice.
@@ -120,6 +125,12 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         self._claiming = threading.Lock()
         # Per conversation: the calls of its latest responses a tool run answers already.
         self._claimed: OrderedDict[str, set[str]] = OrderedDict()
+        # Per model run watched for repeated text: its task's namespace and its prompt,
+        # for a stop that ends it.
+        config = guard.config
+        self._replies = ReplyWatches(config.repeated_text_chars)
+        self._watched: dict[UUID, tuple[object, list[BaseMessage]]] = {}
+        self._watches_text = config.enabled and config.detect_repeated_text
 
     @override
     def on_chain_start(
@@ -158,12 +169,47 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
                 stop = session_for(self.guard, key, messages[0]).stop
         except Exception as error:
             self.guard.report_fault(str(key), error)
+        task = (metadata or {}).get("langgraph_checkpoint_ns")
         if stop is not None:
             self.end(run_id)  # no error callback follows for this model run
-            task = (metadata or {}).get("langgraph_checkpoint_ns")
-            if key is not None and key.graph and isinstance(task, str):
-                raise _GraphStop(self._stop_update(task, messages[0], stop))
-            raise LoopGuardAbort(stop)
+            self._refuse(key, task, messages[0], stop)
+        if key is not None and self._watches_text and messages:
+            self._replies.start(run_id)
+            self._watched[run_id] = (task, messages[0])
+
+    @override
+    def on_llm_new_token(
+        self, token: Any, *, run_id: UUID, chunk: Any = None, **kwargs: Any
+    ) -> None:
+        """Watch a streaming reply for repeated text; stop it if that stops the request."""
+        stop = None
+        try:
+            found = self._replies.feed(run_id, token)
+            if found is not None:
+                reply = getattr(chunk, "message", None)
+                reply_id = getattr(reply, "id", None) or str(run_id)
+                stop = self._repeated(run_id, reply_id, found.repeats, 0)
+        except Exception as error:
+            self.guard.report_fault(None, error)
+        if stop is not None:
+            task, prompt = self._watched.pop(run_id, (None, []))
+            self._end(run_id)  # its error callback finds nothing left to forget
+            self._refuse(self.conversation_of(run_id), task, prompt, stop)
+
+    def _repeated(self, run_id: UUID, reply_id: str, repeats: int, tokens: int) -> Stop | None:
+        """Count a reply of the run that repeated its own text; the stop, if it stopped
+        the request."""
+        key = self.conversation_of(run_id)
+        if key is None:
+            return None
+        after = self.guard.session(str(key)).repeated_text(reply_id, repeats, tokens)
+        return after if isinstance(after, Stop) else None
+
+    def _refuse(self, key: object, task: object, prompt: list[BaseMessage], stop: Stop) -> None:
+        """End a stopped request's model run: the subgraph it is in, or the whole run."""
+        if isinstance(key, ConversationKey) and key.graph and isinstance(task, str):
+            raise _GraphStop(self._stop_update(task, prompt, stop))
+        raise LoopGuardAbort(stop)
 
     def _stop_update(self, task: str, history: list[BaseMessage], stop: Stop) -> Command[Any]:
         """The update that ends a subgraph's stopped request, for the model node's task
@@ -177,18 +223,20 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
 
     @override
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
-        """Declare the response's tool calls as one batch, in the model's order."""
+        """Declare the response's tool calls as one batch, in the model's order; count a
+        reply that repeated its own text."""
         try:
             key = self.conversation_of(run_id)
             generation = response.generations[0][0] if response.generations else None
-            if (
-                key is not None
-                and isinstance(generation, ChatGeneration)
-                and isinstance(generation.message, AIMessage)
-                and generation.message.tool_calls
-            ):
-                message = generation.message
-                self.guard.session(str(key)).open_batch(calls_of(message), tokens_of(message))
+            message = generation.message if isinstance(generation, ChatGeneration) else None
+            if key is not None and isinstance(message, AIMessage):
+                found = self._replies.finished(run_id, message)
+                if found is not None:
+                    reply_id = message.id or str(run_id)
+                    self._repeated(run_id, reply_id, found.repeats, tokens_of(message))
+                if message.tool_calls:
+                    session = self.guard.session(str(key))
+                    session.open_batch(calls_of(message), tokens_of(message))
         except Exception as error:
             self.guard.report_fault(None, error)
         self._end(run_id)
@@ -302,6 +350,8 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
 
     def _end(self, run_id: UUID) -> None:
         self._tools.pop(run_id, None)
+        self._replies.end(run_id)
+        self._watched.pop(run_id, None)
         ended = self.end(run_id)
         if ended is not None and not ended.follows_history:
             # A top-level run outside any thread has ended: nothing can go on with its

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, cast
 
 from langchain.agents.middleware.types import (
@@ -62,6 +63,8 @@ from loop_guard._langchain import (
     tokens_of,
     tool_names,
 )
+from loop_guard._repeated_text import Repetition
+from loop_guard._reply_watch import RepeatedTextCut, cut_reply, cutting, repetition_in
 from loop_guard._state import SCHEMA_VERSION, migrate
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer, Stop
 
@@ -241,6 +244,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             answers them without running them (`wrap_tool_call`).
         - A stop answers the reply's calls and ends with the guard's final
             `AIMessage`: the run ends there.
+        - A reply that keeps repeating its own text is cut where the repetition
+            began (while it streams, the model's generation is stopped there), and the
+            model is steered; a cut reply that calls no tool is asked again at once.
 
         What a middleware wrapping this one gets: `result` ends with the model's last
         reply, after the due steer (and the earlier replies and refusals, when the
@@ -250,7 +256,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         turn = _Turn(self, request)
         while (model_request := turn.next_request()) is not None:
             try:
-                response = handler(model_request)
+                with turn.watching():
+                    response = handler(model_request)
+            except RepeatedTextCut as cut:
+                response = turn.cut_short(cut)
             except Exception as error:
                 if not turn.ended_by(error):
                     raise
@@ -268,7 +277,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         turn = _Turn(self, request)
         while (model_request := turn.next_request()) is not None:
             try:
-                response = await handler(model_request)
+                with turn.watching():
+                    response = await handler(model_request)
+            except RepeatedTextCut as cut:
+                response = turn.cut_short(cut)
             except Exception as error:
                 if not turn.ended_by(error):
                     raise
@@ -662,6 +674,11 @@ class _Turn(Generic[ResponseT]):
         # is asked for its final answer.
         self.asking: HumanMessage | None = None
         self.answered = False  # the model's final answer ends the turn
+        # The repetition a streaming reply was cut at (`cut_short`), for `take`.
+        self.cut: Repetition | None = None
+        config = middleware.guard.config
+        self.text_chars = config.repeated_text_chars
+        self.watches_text = config.enabled and config.detect_repeated_text
 
     def next_request(self) -> ModelRequest[Any] | None:
         """The model request to send now (a due steer added), or `None` when done."""
@@ -691,8 +708,11 @@ class _Turn(Generic[ResponseT]):
         if self.asking is not None:
             self._take_final(response)
             return
+        response = self._without_repetition(response)
         self.response = response
         self._add(response.result)
+        if self.session.stop is not None and self.ending:
+            return  # the reply's repeated text stopped the request
         answers = self._decide(self.middleware._check_response)
         if not answers:  # nothing refused, no stop: the common case
             return
@@ -715,6 +735,50 @@ class _Turn(Generic[ResponseT]):
         ):
             self._add(answers)
             self.again = True
+
+    def watching(self) -> AbstractContextManager[None]:
+        """Around a model call: a streaming reply that begins repeating its own text is
+        cut there (`RepeatedTextCut`, then `cut_short`)."""
+        return cutting(self.text_chars) if self.watches_text else nullcontext()
+
+    def cut_short(self, cut: RepeatedTextCut) -> ModelResponse[ResponseT]:
+        """The model's reply as it was when its stream was cut."""
+        self.cut = cut.repetition
+        return ModelResponse(result=[cut.reply], structured_response=None)
+
+    def _without_repetition(self, response: ModelResponse[ResponseT]) -> ModelResponse[ResponseT]:
+        """`response` with its reply cut where it began repeating its own text, if it
+        did; the guard told (a steer, a block, or the stop, which ends the turn), and a
+        cut reply that calls no tool asked again."""
+        repetition, self.cut = self.cut, None
+        if not self.watches_text or not response.result:
+            return response
+        reply = response.result[-1]
+        if not isinstance(reply, AIMessage) or reply.name == _messages.GUARD_NAME:
+            return response
+        try:
+            repetition = repetition or repetition_in(reply, self.text_chars)
+            if repetition is None:
+                return response  # the common case
+            reply = cut_reply(reply, repetition)
+            session = self.session
+            session.repeated_text(
+                reply.id or uuid.uuid4().hex, repetition.repeats, tokens_of(reply)
+            )
+            session.publish()
+        except Exception as error:  # a fault of the guard: the reply goes on as it is
+            self.middleware.guard.report_fault(self.session.conversation, error)
+            return response
+        self.changed = True
+        stop = session.stop
+        if stop is not None:
+            self.ending = list(stop_messages(reply, [False] * len(reply.tool_calls), stop))
+            if self.middleware.exit_behavior == "answer":
+                self.asking, self.again = answer_request(stop), True
+        elif not reply.tool_calls:
+            self.again = self.calls_left > 0  # asked again, the steer before it
+        result = [*response.result[:-1], reply]
+        return ModelResponse(result=result, structured_response=response.structured_response)
 
     def ended_by(self, error: Exception) -> bool:
         """Whether a failed model call ends the turn with what it has (then ended).

@@ -34,7 +34,15 @@ Outcome = Literal["clean", "steered", "blocked", "stopped"]
 """The furthest the guard would have gone in a thread."""
 
 _OUTCOMES: tuple[Outcome, ...] = ("clean", "steered", "blocked", "stopped")
-_SHAPES = ("repeat", "cycle", "interleaved", "returned", "same_error", "unknown_tool")
+_SHAPES = (
+    "repeat",
+    "cycle",
+    "interleaved",
+    "returned",
+    "same_error",
+    "unknown_tool",
+    "repeated_text",
+)
 # Model calls spent in a thread's loops, bucketed: (label, lowest count).
 _LENGTHS = (("1", 1), ("2", 2), ("3-4", 3), ("5-9", 5), ("10-19", 10), ("20-49", 20), ("50+", 50))
 _TOOLS_SHOWN = 10

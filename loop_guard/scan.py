@@ -22,7 +22,7 @@ from loop_guard._engine import Engine
 from loop_guard._events import GuardEvent
 from loop_guard._history import is_user_message, replay
 from loop_guard._langchain import keys_of, tokens_of
-from loop_guard._messages import GUARD_NAME
+from loop_guard._messages import GUARD_NAME, REPLY
 from loop_guard._readers import (
     CHECKPOINT_FLOOR,
     Conversation,
@@ -111,12 +111,16 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
         else message
         for n, message in enumerate(conversation.messages)
     ]
+    # Each call by its number; a reply that repeated its text by the calls before it.
     index_of: dict[str, int] = {}
+    calls = 0
     for message in messages:
         if isinstance(message, AIMessage):
+            index_of[f"{REPLY}#{message.id}"] = calls
             for key in keys_of(message):
-                index_of[key] = len(index_of) + 1
-    report.calls = len(index_of)
+                calls += 1
+                index_of[key] = calls
+    report.calls = calls
 
     stopped_by: list[str] = []  # the key of the call whose batch stopped the request
 

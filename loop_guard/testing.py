@@ -16,16 +16,25 @@ Examples:
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+)
+from langchain_core.messages.tool import tool_call_chunk
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, PrivateAttr
 from typing_extensions import override
 
@@ -44,19 +53,47 @@ ToolCallSpec = tuple[str, dict[str, Any]]
 class ScriptedChatModel(BaseChatModel):
     """A chat model that answers by a script and supports `bind_tools`.
 
-    Thread-safe; `calls` counts the model calls made so far.
+    Thread-safe; `calls` counts the model calls made so far. With `chunk_chars`, it
+    streams when it is asked to (`stream_mode="messages"`, `.stream()`): each reply's
+    text in pieces of that many characters, its tool calls and usage in the last one;
+    `chunks` counts the pieces it generated, so a test sees where a stream was cut.
+
+    Examples:
+        >>> model = ScriptedChatModel(script=lambda m, i: AIMessage("hello"), chunk_chars=2)
+        >>> [chunk.content for chunk in model.stream("hi")][:3], model.chunks
+        (['he', 'll', 'o'], 4)
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     script: Script
+    chunk_chars: int = 0
+    """Characters per streamed chunk; 0: the model does not stream."""
     _calls: int = PrivateAttr(default=0)
+    _chunks: int = PrivateAttr(default=0)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @override
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
+        if not self.chunk_chars and "disable_streaming" not in self.model_fields_set:
+            self.disable_streaming = True  # answers whole, streamed or not
 
     @property
     def calls(self) -> int:
         """How many times the model was called."""
         return self._calls
+
+    @property
+    def chunks(self) -> int:
+        """How many chunks the model streamed."""
+        return self._chunks
+
+    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
+        with self._lock:
+            index = self._calls
+            self._calls += 1
+        return self.script(messages, index)
 
     @override
     def _generate(
@@ -66,10 +103,34 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        with self._lock:
-            index = self._calls
-            self._calls += 1
-        return ChatResult(generations=[ChatGeneration(message=self.script(messages, index))])
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
+
+    @override
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        for chunk in _pieces(self._reply(messages), max(self.chunk_chars, 1)):
+            with self._lock:
+                self._chunks += 1
+            yield ChatGenerationChunk(message=chunk)
+
+    @override
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        for chunk in _pieces(self._reply(messages), max(self.chunk_chars, 1)):
+            with self._lock:
+                self._chunks += 1
+            yield ChatGenerationChunk(message=chunk)
+            await asyncio.sleep(0)  # as a network stream would, let other tasks run
 
     @property
     @override
@@ -80,6 +141,26 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
         """Accept any tools: the script decides what gets called."""
         return self
+
+
+def _pieces(reply: AIMessage, size: int) -> Iterator[AIMessageChunk]:
+    """A reply as a stream: its text in pieces of `size` characters, then its tool
+    calls and usage."""
+    text = reply.text
+    for start in range(0, len(text), size):
+        yield AIMessageChunk(content=text[start : start + size], id=reply.id)
+    calls = [
+        tool_call_chunk(name=call["name"], args=json.dumps(call["args"]), id=call["id"], index=i)
+        for i, call in enumerate(reply.tool_calls)
+    ]
+    yield AIMessageChunk(
+        content="",
+        id=reply.id,
+        tool_call_chunks=calls,
+        usage_metadata=reply.usage_metadata,
+        response_metadata=reply.response_metadata,
+        chunk_position="last",
+    )
 
 
 def tool_calls_message(*calls: ToolCallSpec) -> AIMessage:

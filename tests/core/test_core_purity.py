@@ -19,6 +19,7 @@ CORE = [
     "_fingerprint",
     "_guard",
     "_messages",
+    "_repeated_text",
     "_siblings",
     "_state",
     "_values",

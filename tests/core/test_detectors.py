@@ -729,7 +729,7 @@ def test_bad_detector_arguments_raise_at_once(options: dict[str, Any]) -> None:
 def test_the_environment_turns_detectors_off() -> None:
     environ = {f"LOOP_GUARD_{name}": "off" for name in ("DETECT_CYCLES", "DETECT_INTERLEAVED",
                "ESCALATE_IGNORED", "DETECT_UNKNOWN_TOOLS", "DETECT_SAME_ERROR",
-               "FRESH_RESULTS")}  # fmt: skip
+               "FRESH_RESULTS", "DETECT_REPEATED_TEXT")}  # fmt: skip
     assert LoopGuardConfig.from_env(environ) == LoopGuardConfig.pi()
 
 

@@ -1,0 +1,255 @@
+"""Repeated text: a reply that keeps repeating a chunk of itself (a sentence, a line, a code
+block) until the model's output limit, as a degenerate model does. Pure, no framework.
+
+`TextWatch` follows one reply as it is generated, a chunk at a time, and says where the
+repetition began as soon as there is enough of it; `find_repetition` checks a finished
+reply the same way.
+
+How a repetition is recognised. Every `_CHECK_EVERY` characters the watch takes the last
+`_NEEDLE` characters of the reply and looks for them earlier on (within `_MAX_PERIOD`).
+Found, the distance is the repeated unit's length, and the reply's tail is either
+
+- *exact*: the same unit back to back (the distance holds for the whole tail), or
+- *near*: made of a few sentences or lines only (at most `_VARIANTS`), in any order,
+  each many times: one anchor sentence followed by one of a few variants.
+
+Either is a loop once it covers `min_chars` characters, the unit having come at least three
+times (near: `_NEAR_OCCURRENCES` sentences). What looks repetitive and is not stays below
+that: a table's or a list's rows differ, code repeats a line here and there, a refrain
+comes back after a new verse, a divider is short. A unit with no letter or digit in it
+(dividers, box drawing, blank lines) needs four times as much. The work per check is
+bounded by the window it looks at (C string searches and comparisons), so watching a reply
+costs time linear in its length.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import final
+
+_NEEDLE = 40  # characters whose recurrence marks a candidate repetition
+_MAX_PERIOD = 2000  # the longest repeated unit looked for, in characters
+_CHECK_EVERY = 64  # characters generated between two checks
+_NEAR_OCCURRENCES = 10  # sentences that make a near-repetition, at least
+_VARIANTS = 4  # different sentences a near-repetition may have, at most
+_SYMBOLS_FACTOR = 4  # how much more text a unit of symbols only must cover
+_WORD = re.compile(r"[^\W_]")  # a letter or a digit, in any script
+_ENDS = ".!?\u3002\uff01\uff1f"  # what ends a sentence, in Latin and CJK script
+# A sentence or a line, with its closing punctuation (no backtracking over blank lines).
+_PIECE = re.compile(rf"[^\n{_ENDS}]+[{_ENDS}]*")
+# Where a cut may end: after a line break or a sentence's end, so the text kept reads whole.
+_BOUNDARY = re.compile(rf"\n|[{_ENDS}](?=\s)|\s")
+
+DEFAULT_MIN_CHARS = 1000
+"""The repeated text, back to back, that makes a loop by default (about 250 tokens)."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Repetition:
+    """Where a reply began repeating itself.
+
+    Attributes:
+        start: Where the first repeat begins: the reply's first `start` characters are
+            what it said before, with one copy of the repeated text; the rest repeats it.
+        period: The repeated unit's length, in characters.
+        repeats: How many times the unit was there when it was found (at least 3).
+
+    Examples:
+        >>> found = find_repetition("Hello. " + "I am done. " * 200)
+        >>> found.period, found.start
+        (11, 17)
+    """
+
+    start: int
+    period: int
+    repeats: int
+
+
+@final
+class TextWatch:
+    """Follows one reply as it is generated and finds where it starts repeating itself.
+
+    Feed it the reply's text chunk by chunk (`feed`), then `finish`; each returns the
+    `Repetition` once one is found (and the same one after that). It keeps only the tail
+    of the reply that a repetition can span.
+
+    Args:
+        min_chars: The repeated text, back to back, that makes a loop.
+
+    Examples:
+        >>> watch = TextWatch()
+        >>> found = None
+        >>> for n in range(400):
+        ...     found = found or watch.feed("Let me check again. ")
+        >>> found.start, found.repeats
+        (20, 52)
+    """
+
+    __slots__ = (
+        "_checked",
+        "_min_chars",
+        "_pending",
+        "_pending_chars",
+        "_tail",
+        "_window",
+        "found",
+    )
+
+    def __init__(self, min_chars: int = DEFAULT_MIN_CHARS) -> None:
+        self._min_chars = min_chars
+        # The tail kept: enough for the longest repetition to be recognised, and its unit.
+        self._window = _SYMBOLS_FACTOR * min_chars + 2 * _MAX_PERIOD
+        self._tail = ""
+        self._checked = 0  # characters of the reply before `_tail` ends, once joined
+        self._pending: list[str] = []  # chunks since the last check
+        self._pending_chars = 0
+        self.found: Repetition | None = None
+        """The repetition found, once found."""
+
+    @property
+    def length(self) -> int:
+        """Characters fed so far."""
+        return self._checked + self._pending_chars
+
+    def feed(self, chunk: str) -> Repetition | None:
+        """Add the next chunk of the reply; the repetition, once there is one."""
+        if self.found is not None or not chunk:
+            return self.found
+        # A long chunk is read in pieces: checks come every `_CHECK_EVERY` characters,
+        # however the reply was chunked.
+        for start in range(0, len(chunk), _CHECK_EVERY):
+            piece = chunk[start : start + _CHECK_EVERY] if len(chunk) > _CHECK_EVERY else chunk
+            self._pending.append(piece)
+            self._pending_chars += len(piece)
+            if self._pending_chars >= _CHECK_EVERY:
+                self._check()
+                if self.found is not None:
+                    break
+        return self.found
+
+    def finish(self) -> Repetition | None:
+        """The reply is complete: check what came since the last check."""
+        if self.found is None and self._pending:
+            self._check()
+        return self.found
+
+    def _check(self) -> None:
+        tail = self._tail + "".join(self._pending)
+        self._checked += self._pending_chars
+        self._pending.clear()
+        self._pending_chars = 0
+        if len(tail) > self._window:
+            tail = tail[-self._window :]
+        self._tail = tail
+        found = _repetition_at_end(tail, self._min_chars)
+        if found is not None:
+            offset = self._checked - len(tail)  # where the tail begins in the reply
+            self.found = Repetition(found.start + offset, found.period, found.repeats)
+
+
+def find_repetition(text: str, min_chars: int = DEFAULT_MIN_CHARS) -> Repetition | None:
+    """Where a finished reply began repeating itself, or `None` when it did not.
+
+    It is read as if it were generated, so a repetition is found where a watch of the
+    generation would have found it (`TextWatch`).
+
+    Examples:
+        >>> find_repetition("| a | 1 |\\n| b | 2 |\\n") is None
+        True
+        >>> find_repetition("ok " * 1000).period
+        3
+    """
+    watch = TextWatch(min_chars)
+    watch.feed(text)
+    return watch.finish()
+
+
+def _repetition_at_end(text: str, min_chars: int) -> Repetition | None:
+    """The repetition `text` ends in, if it is long enough to be a loop."""
+    end = len(text)
+    if end < 2 * _NEEDLE:
+        return None
+    needle_at = end - _NEEDLE
+    needle = text[needle_at:]
+    # The nearest earlier occurrence (it may overlap the needle, for a short unit).
+    previous = text.rfind(needle, max(0, needle_at - _MAX_PERIOD), end - 1)
+    if previous < 0:
+        return None  # the common case: the reply's last words are new
+    period = needle_at - previous
+    found = _exact(text, period, min_chars)
+    return found if found is not None else _near(text, min_chars)
+
+
+def _exact(text: str, period: int, min_chars: int) -> Repetition | None:
+    """The unit of `period` characters back to back at the end of `text`, if it covers
+    enough: how far back the tail equals the text one period before it."""
+    end = len(text)
+    room = end - period  # the longest tail that has text one period before it
+    holds, fails = _NEEDLE, room + 1  # the needle's recurrence says `holds` holds
+    # Gallop, then halve: a few comparisons, each a C memcmp.
+    while holds < room:
+        probe = min(2 * holds, room)
+        if not _periodic(text, period, probe):
+            fails = probe
+            break
+        holds = probe
+    while fails - holds > 1 and holds < room:
+        middle = (holds + fails) // 2
+        if _periodic(text, period, middle):
+            holds = middle
+        else:
+            fails = middle
+    low = holds
+    covered = low + period
+    if covered < 3 * period or covered < _needed(text[end - period :], min_chars):
+        return None
+    start = end - covered + period
+    return Repetition(_boundary(text, start, period), period, covered // period)
+
+
+def _periodic(text: str, period: int, length: int) -> bool:
+    """Whether the last `length` characters equal the `length` before them by `period`."""
+    end = len(text)
+    return text[end - length :] == text[end - length - period : end - period]
+
+
+def _near(text: str, min_chars: int) -> Repetition | None:
+    """The last `min_chars` of `text` made of a few sentences (or lines) only, in any
+    order, each many times: the tail a model stuck between a few phrasings ends in."""
+    if len(text) < min_chars:
+        return None
+    pieces = _PIECE.findall(text, max(0, len(text) - min_chars))[1:]  # the first may be cut
+    if len(pieces) < _NEAR_OCCURRENCES:
+        return None
+    said = {piece.strip() for piece in pieces}
+    if len(said) > _VARIANTS or not any(_WORD.search(piece) for piece in said):
+        return None
+    # Where it began: back to the first of the sentences that are all among those few.
+    found = [(match.start(), match.group().strip()) for match in _PIECE.finditer(text)]
+    begin = len(found)
+    while begin > 1 and found[begin - 1][1] in said:
+        begin -= 1
+    first: set[str] = set()
+    for index in range(begin, len(found)):
+        start, piece = found[index]
+        if piece in first:  # one copy of each is kept
+            period = start - found[begin][0]
+            return Repetition(start, period, len(found) - begin)
+        first.add(piece)
+    return None
+
+
+def _needed(unit: str, min_chars: int) -> int:
+    """The text a repetition of `unit` must cover: more for symbols only."""
+    return min_chars if _WORD.search(unit) else _SYMBOLS_FACTOR * min_chars
+
+
+def _boundary(text: str, start: int, period: int) -> int:
+    """`start` moved on to the next line or sentence end within one unit, if any, so that
+    the text kept ends where a sentence or a line does."""
+    if start <= 0 or text[start - 1] in "\n .!?":
+        return start
+    found = _BOUNDARY.search(text, start, start + min(period, 200))
+    return found.end() if found is not None else start

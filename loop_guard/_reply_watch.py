@@ -1,0 +1,229 @@
+"""Watching a chat model's replies for repeated text, as they stream and once finished
+(the detector: `_repeated_text.py`), and cutting a reply where its repetition began.
+
+Shared by the faces that see a model's tokens: the middleware cuts the stream (`Cutter`,
+raised out of the model's generation), the callback handler counts it (`ReplyWatches`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, cast
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages.ai import add_ai_message_chunks
+from langchain_core.messages.utils import message_chunk_to_message
+from langchain_core.tracers.context import register_configure_hook
+from langgraph.errors import GraphBubbleUp
+from typing_extensions import override
+
+from loop_guard import _messages
+from loop_guard._messages import GUARD_NAME
+from loop_guard._repeated_text import Repetition, TextWatch, find_repetition
+
+REPEATED_TEXT_MARK = "repeated_text"
+"""`response_metadata["loop_guard"]` of a reply cut where it began repeating its own text."""
+
+REPEATS_KEY = "loop_guard_repeats"
+"""`response_metadata` key of a cut reply: how many times it had repeated its text."""
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's (or a chunk's) content: a string, or its text blocks."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") == "text":
+            text = block.get("text")
+            if isinstance(text, str):
+                parts.append(text)
+    return "".join(parts)
+
+
+def repetition_in(message: BaseMessage, min_chars: int) -> Repetition | None:
+    """Where a finished reply began repeating its own text, if it did."""
+    return find_repetition(text_of(message.content), min_chars)
+
+
+def repeats_in(message: AIMessage, min_chars: int) -> int | None:
+    """How many times a reply in a history repeated its own text: as the guard cut it
+    (its mark), or as it was recorded; `None` when it did not."""
+    metadata = message.response_metadata
+    if metadata.get("loop_guard") == REPEATED_TEXT_MARK:
+        repeats = metadata.get(REPEATS_KEY)
+        return repeats if isinstance(repeats, int) else 0
+    if message.name == GUARD_NAME:
+        return None
+    found = repetition_in(message, min_chars)
+    return None if found is None else found.repeats
+
+
+def cut_reply(message: AIMessage, repetition: Repetition) -> AIMessage:
+    """`message` cut where its repetition began: the text it said before, one copy of the
+    repeated text and a note; its calls, id and metadata kept, marked as cut."""
+    kept = text_of(message.content)[: repetition.start].rstrip()
+    metadata = {
+        **message.response_metadata,
+        "loop_guard": REPEATED_TEXT_MARK,
+        REPEATS_KEY: repetition.repeats,
+    }
+    return AIMessage(
+        content=kept + _messages.repeated_text_note(repetition.repeats),
+        id=message.id,
+        name=message.name,
+        tool_calls=message.tool_calls,
+        usage_metadata=message.usage_metadata,
+        response_metadata=metadata,
+        additional_kwargs=message.additional_kwargs,
+    )
+
+
+class RepeatedTextCut(GraphBubbleUp):
+    """Raised out of a model's generation to stop it where its reply began repeating
+    itself. Control flow, as an interrupt is (`GraphBubbleUp`): the middleware that raised
+    it catches it, and no middleware between (retries, fallbacks) takes it for a failure.
+
+    Attributes:
+        reply: The reply generated until then (its chunks merged).
+        repetition: Where it began repeating itself.
+        chunks: How many chunks the model had streamed when it was cut.
+    """
+
+    def __init__(self, reply: AIMessage, repetition: Repetition, chunks: int) -> None:
+        super().__init__("the reply began repeating itself")
+        self.reply = reply
+        self.repetition = repetition
+        self.chunks = chunks
+
+
+class ReplyWatches:
+    """The `TextWatch` of each chat model run in progress, by run id."""
+
+    __slots__ = ("_lock", "_runs", "min_chars")
+
+    def __init__(self, min_chars: int) -> None:
+        self.min_chars = min_chars
+        self._runs: dict[UUID, TextWatch] = {}
+        self._lock = threading.Lock()
+
+    def start(self, run_id: UUID) -> None:
+        """Watch a model run from its first token."""
+        with self._lock:
+            self._runs[run_id] = TextWatch(self.min_chars)
+
+    def feed(self, run_id: UUID, content: Any) -> Repetition | None:
+        """The next chunk's content; the run's repetition, newly found (then no longer
+        watched), else `None`."""
+        watch = self._runs.get(run_id)
+        if watch is None:
+            return None
+        found = watch.feed(text_of(content))
+        if found is not None:
+            self.end(run_id)
+        return found
+
+    def end(self, run_id: UUID) -> TextWatch | None:
+        """Stop watching a run: its watch, `None` when it was not watched (or its
+        repetition was found already)."""
+        with self._lock:
+            return self._runs.pop(run_id, None)
+
+    def finished(self, run_id: UUID, message: BaseMessage) -> Repetition | None:
+        """A run's reply is complete: its repetition, when it has one not found before.
+        A reply that did not stream is read whole."""
+        watch = self.end(run_id)
+        if watch is None:
+            return None
+        if watch.length == 0:
+            return repetition_in(message, self.min_chars)
+        return watch.finish()
+
+
+class Cutter(BaseCallbackHandler):
+    """Cuts a streaming reply where it begins repeating itself: raises `RepeatedTextCut`
+    out of the model's generation (closing its stream). Attached to every chat model run
+    within `cutting` by a configure hook, as LangChain attaches its tracers."""
+
+    raise_error = True
+    run_inline = True  # in the generation's own loop, before its next chunk
+
+    def __init__(self, min_chars: int) -> None:
+        super().__init__()
+        self._watches = ReplyWatches(min_chars)
+        self._chunks: dict[UUID, list[AIMessageChunk]] = {}
+
+    @override
+    def on_chat_model_start(
+        self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]], *,
+        run_id: UUID, **kwargs: Any,
+    ) -> None:  # fmt: skip
+        self._watches.start(run_id)
+        self._chunks[run_id] = []
+
+    @override
+    def on_llm_new_token(
+        self, token: Any, *, run_id: UUID, chunk: Any = None, **kwargs: Any
+    ) -> None:
+        chunks = self._chunks.get(run_id)
+        if chunks is None:
+            return
+        message = getattr(chunk, "message", None)
+        if isinstance(message, AIMessageChunk):
+            chunks.append(message)
+        found = self._watches.feed(run_id, token)
+        if found is not None and chunks:
+            del self._chunks[run_id]
+            reply = message_chunk_to_message(add_ai_message_chunks(chunks[0], *chunks[1:]))
+            raise RepeatedTextCut(cast("AIMessage", reply), found, len(chunks))
+
+    @override
+    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._forget(run_id)
+
+    @override
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._forget(run_id)
+
+    def _forget(self, run_id: UUID) -> None:
+        self._watches.end(run_id)
+        self._chunks.pop(run_id, None)
+
+
+_cutter: ContextVar[Cutter | None] = ContextVar("loop_guard_cutter", default=None)
+register_configure_hook(_cutter, inheritable=False)
+
+
+class _CutIsNotAnError(logging.Filter):
+    """Drops langchain-core's "Error in Cutter.on_llm_new_token callback" warning: the cut
+    is how the guard stops a generation on purpose, and it has its own event."""
+
+    @override
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (isinstance(args, tuple) and args[:1] == (Cutter.__name__,))
+
+
+logging.getLogger("langchain_core.callbacks.manager").addFilter(_CutIsNotAnError())
+
+
+@contextmanager
+def cutting(min_chars: int) -> Iterator[None]:
+    """Within this block, a chat model run whose streamed reply begins repeating itself
+    is cut (`RepeatedTextCut`). A model that does not stream is not watched: its finished
+    reply is read whole (`repetition_in`)."""
+    token = _cutter.set(Cutter(min_chars))
+    try:
+        yield
+    finally:
+        _cutter.reset(token)

@@ -1,0 +1,179 @@
+"""Repeated text inside one reply: the detector on the catalogue of loops and look-alikes
+(`tests/support/texts.py`), fed whole and chunk by chunk, and the engine's ladder for a
+reply cut for it (steer, blocks, stop), its snapshot and its cost."""
+
+from __future__ import annotations
+
+import pytest
+
+from loop_guard import Block, LoopCost, LoopGuard, LoopGuardConfig, Steer, Stop
+from loop_guard._engine import Engine
+from loop_guard._messages import REPLY
+from loop_guard._repeated_text import TextWatch, find_repetition
+from loop_guard._state import RequestState
+from loop_guard.testing import capture_events
+from tests.support.texts import LOOPS, NOT_LOOPS, Text
+
+
+@pytest.mark.parametrize("text", LOOPS, ids=lambda text: text.name)
+def test_every_loop_is_found_after_its_healthy_prefix(text: Text) -> None:
+    found = find_repetition(text.text)
+    assert found is not None
+    assert len(text.prefix) <= found.start < len(text.prefix) + found.period + 200
+    assert found.repeats >= 3
+
+
+@pytest.mark.parametrize("text", NOT_LOOPS, ids=lambda text: text.name)
+def test_no_look_alike_is_taken_for_a_loop(text: Text) -> None:
+    assert find_repetition(text.text) is None
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 64, 1000])
+@pytest.mark.parametrize("text", LOOPS + NOT_LOOPS, ids=lambda text: text.name)
+def test_streaming_finds_what_the_whole_reply_shows(text: Text, size: int) -> None:
+    """Chunk sizes move the checks, not the verdict: a loop is found in any chunking, at
+    the same place give or take a unit; a look-alike never."""
+    watch = TextWatch()
+    fed = 0
+    for start in range(0, len(text.text), size):
+        fed += size
+        if watch.feed(text.text[start : start + size]) is not None:
+            break
+    found = watch.finish()
+    whole = find_repetition(text.text)
+    assert (found is None) == (whole is None)
+    if found is not None and whole is not None:
+        assert abs(found.start - whole.start) <= found.period + 200
+        # Stopped early: after about 1,000 characters of repetition (4,000 for symbols
+        # only), a unit and a check later, not at the end of the reply.
+        assert fed <= len(text.prefix) + 4 * 1000 + 2 * found.period + size + 64
+        assert fed < len(text.text) or len(text.text) - len(text.prefix) < 5000
+
+
+def test_the_watch_keeps_a_bounded_tail() -> None:
+    """A long reply is not kept whole: the watch holds a window, so its work per check
+    does not grow with the reply."""
+    watch = TextWatch()
+    essay = next(text for text in NOT_LOOPS if text.name == "essay").text
+    for _ in range(20):
+        assert watch.feed(essay) is None
+    assert watch.length == 20 * len(essay)
+    assert len(watch._tail) <= 4 * 1000 + 2 * 2000
+
+
+def test_min_chars_sets_how_much_repetition_makes_a_loop() -> None:
+    text = "Intro. " + "Let me check the config. " * 30  # 720 characters of repetition
+    assert find_repetition(text) is None
+    found = find_repetition(text, min_chars=500)
+    assert found is not None
+    assert text[: found.start] == "Intro. Let me check the config."
+
+
+def test_symbols_need_four_times_as_much() -> None:
+    assert find_repetition("=" * 3500) is None
+    assert find_repetition("=" * 4500) is not None
+    assert find_repetition("ab " * 1200) is not None
+
+
+def test_the_cut_keeps_one_copy_and_ends_at_a_sentence() -> None:
+    found = find_repetition("Sure. I will check the file. " + "I will check it again. " * 100)
+    assert found is not None
+    text = "Sure. I will check the file. " + "I will check it again. " * 100
+    assert text[: found.start].rstrip() == "Sure. I will check the file. I will check it again."
+
+
+def test_a_refrain_between_new_verses_is_no_loop() -> None:
+    chorus = "Oh the river runs and the river rolls, and it carries me home.\n"
+    verses = "".join(
+        f"Verse {n}: the {n}th morning came with a new song about place number {n}.\n" + chorus
+        for n in range(40)
+    )
+    assert find_repetition(verses) is None
+
+
+# The engine's ladder.
+
+
+def test_a_cut_reply_steers_then_blocks_then_stops() -> None:
+    guard = LoopGuard(abort_threshold=2)
+    session = guard.session("t")
+    session.start_request("r")
+    with capture_events(guard) as events:
+        first = session.repeated_text("reply-1", repeats=40, tokens=500)
+        assert isinstance(first, Steer)
+        assert session.take_steer() == first
+        second = session.repeated_text("reply-2", repeats=41, tokens=600)
+        assert isinstance(second, Steer)  # the block's message, due the same way
+        assert "cut again" in second.message
+        third = session.repeated_text("reply-3", repeats=42, tokens=700)
+    assert isinstance(third, Stop)
+    assert "kept repeating the same text" in third.message
+    assert [(e.kind, e.tool, e.reason) for e in events] == [
+        ("warn", REPLY, "repeated_text"),
+        ("block", REPLY, "repeated_text"),
+        ("block", REPLY, "repeated_text"),
+        ("abort", REPLY, None),
+    ]
+    assert events[-1].cost == LoopCost(model_calls=3, tokens=1800)
+    assert guard.stats.calls == 0  # no tool call was decided
+    assert session.steer_pending is False  # a stop drops what was due
+
+
+def test_telling_the_same_reply_twice_changes_nothing() -> None:
+    """A retried hook or a history read again tells a reply twice: it counts once."""
+    session = LoopGuard().session("t")
+    session.start_request("r")
+    session.repeated_text("reply-1", repeats=40)
+    state = session.state
+    session.repeated_text("reply-1", repeats=40)
+    assert session.state is state
+
+
+def test_text_blocks_and_tool_blocks_add_up_to_the_stop() -> None:
+    from loop_guard import Call, Proceed, Result
+
+    session = LoopGuard(abort_threshold=3).session("t")
+    session.start_request("r")
+    for _ in range(6):  # a streak: steered at 3, blocked at 5 and 6
+        call = Call.of("ls", {})
+        if isinstance(session.check_call(call), Proceed):
+            session.record_result(call, Result.of("same"))
+    assert session.state.blocks == 2
+    session.repeated_text("reply-1", repeats=30)  # the request's first cut: a steer
+    assert session.stop is None
+    assert isinstance(session.repeated_text("reply-2", repeats=30), Stop)
+
+
+def test_the_snapshot_keeps_the_cut_replies() -> None:
+    engine = Engine(LoopGuardConfig())
+    state, _ = engine.repeated_text(RequestState(request_id="r"), "reply-1", 40)
+    restored = RequestState.from_dict(state.to_dict())
+    assert restored.text_loops == ("reply-1",)
+    _, decisions = engine.repeated_text(restored, "reply-1", 40)
+    assert decisions == ()
+    _, decisions = engine.repeated_text(restored, "reply-2", 40)
+    assert [type(d) for d in decisions][-1] is Block
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        LoopGuardConfig(detect_repeated_text=False),
+        LoopGuardConfig(enabled=False),
+        LoopGuardConfig.pi(),
+    ],
+    ids=["off", "disabled", "pi"],
+)
+def test_switched_off_it_decides_nothing(config: LoopGuardConfig) -> None:
+    engine = Engine(config)
+    state, decisions = engine.repeated_text(RequestState(), "reply-1", 40)
+    assert decisions == ()
+    assert state.text_loops == ()
+
+
+def test_configuration_is_checked() -> None:
+    with pytest.raises(ValueError, match="repeated_text_chars must be an integer >= 100"):
+        LoopGuardConfig(repeated_text_chars=50)
+    env = {"LOOP_GUARD_DETECT_REPEATED_TEXT": "off", "LOOP_GUARD_REPEATED_TEXT_CHARS": "2000"}
+    config = LoopGuardConfig.from_env(env)
+    assert (config.detect_repeated_text, config.repeated_text_chars) == (False, 2000)
