@@ -123,10 +123,8 @@ class TextWatch:
             piece = chunk[start : start + _CHECK_EVERY] if len(chunk) > _CHECK_EVERY else chunk
             self._pending.append(piece)
             self._pending_chars += len(piece)
-            if self._pending_chars >= _CHECK_EVERY:
-                self._check()
-                if self.found is not None:
-                    break
+            if self._pending_chars >= _CHECK_EVERY and self._check() is not None:
+                break
         return self.found
 
     def finish(self) -> Repetition | None:
@@ -135,7 +133,7 @@ class TextWatch:
             self._check()
         return self.found
 
-    def _check(self) -> None:
+    def _check(self) -> Repetition | None:
         tail = self._tail + "".join(self._pending)
         self._checked += self._pending_chars
         self._pending.clear()
@@ -147,6 +145,7 @@ class TextWatch:
         if found is not None:
             offset = self._checked - len(tail)  # where the tail begins in the reply
             self.found = Repetition(found.start + offset, found.period, found.repeats)
+        return self.found
 
 
 def find_repetition(text: str, min_chars: int = DEFAULT_MIN_CHARS) -> Repetition | None:
