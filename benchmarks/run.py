@@ -42,6 +42,7 @@ def benchmarks(scale: Scale, *, peers: bool) -> dict[str, Callable[[], Section]]
     import bench_engine
     import bench_peers
     import bench_scaling
+    import bench_text
 
     return {
         "1": lambda: bench_engine.run(scale),
@@ -49,6 +50,7 @@ def benchmarks(scale: Scale, *, peers: bool) -> dict[str, Callable[[], Section]]
         "3": lambda: bench_scaling.run(scale),
         "4": lambda: bench_conversations.run(scale),
         "5": lambda: bench_peers.run(scale, peers=peers),
+        "6": lambda: bench_text.run(scale),
     }
 
 
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="loop_guard benchmarks")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: the CI smoke pass")
     parser.add_argument("--peers", action="store_true", help="install and measure the peers")
-    parser.add_argument("--only", default="", help="comma-separated benchmark numbers (1-5)")
+    parser.add_argument("--only", default="", help="comma-separated benchmark numbers (1-6)")
     parser.add_argument(
         "--write",
         type=Path,

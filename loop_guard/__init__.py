@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from loop_guard._config import LoopGuardConfig, Normalizer, ToolPolicy
 from loop_guard._events import GuardEvent, GuardStats
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._messages import GUARD_NAME
+from loop_guard._messages import GUARD_NAME, REPLY
 from loop_guard._values import (
     Block,
     Call,
@@ -64,6 +64,7 @@ __all__ = [
     "DUPLICATE_MARK",
     "FINAL_ANSWER_MARK",
     "GUARD_NAME",
+    "REPLY",
     "STEER_MARK",
     "Block",
     "Call",

@@ -46,7 +46,8 @@ class GuardEvent:
         conversation: The conversation key: the thread id, followed by the graph's
             namespace in a subgraph or subagent (`"t|worker:<task id>"`); outside a
             thread, `"run:<top-level run id>"` or `"request:<request id>"`.
-        tool: The repeated tool.
+        tool: The repeated tool; `REPLY` (`"(reply)"`) for a reply that repeated its
+            own text.
         args: The repeated call's args (`None` when not known, e.g. after a restore).
         streak: Identical steps in a row when the event happened (for a cycle: its
             laps; for an interleaved repeat: its occurrences in the window).
@@ -55,7 +56,8 @@ class GuardEvent:
             for abort and terminate.
         reason: For warn and block, the detector that fired: `'repeat'` (the
             streak), `'cycle'`, `'interleaved'`, `'returned'` (also the backstop's
-            blocks), `'unknown_tool'` or `'same_error'`; `None` for stops and errors.
+            blocks), `'unknown_tool'`, `'same_error'` or `'repeated_text'` (a reply that
+            kept repeating its own text); `None` for stops and errors.
         call_id: The tool-call id of the call the event is about, when known.
         cost: What loops cost the request so far (see `LoopCost`); for an error,
             nothing.

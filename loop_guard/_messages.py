@@ -14,7 +14,16 @@ GUARD_NAME = "loop_guard"
 
 REPLY = "(reply)"
 """The `tool` of a decision about the model's reply itself, not about a tool call: a
-reply cut for repeating its own text (reason `'repeated_text'`)."""
+reply cut for repeating its own text (reason `'repeated_text'`; see Repeated text).
+
+Examples:
+    >>> from loop_guard import LoopGuard
+    >>> events = []
+    >>> session = LoopGuard(on_event=events.append).session("thread-1")
+    >>> _ = session.repeated_text("reply-1", repeats=40)
+    >>> events[0].tool == REPLY, events[0].reason
+    (True, 'repeated_text')
+"""
 
 
 _NEAR = " (only ids, times or counters in it changed)"
