@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 from loop_guard._config import LoopGuardConfig, Normalizer, ToolPolicy
 from loop_guard._events import GuardEvent, GuardStats
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._messages import GUARD_NAME, REPLY
+from loop_guard._messages import GUARD_NAME, JUDGE, REPLY
 from loop_guard._values import (
     Block,
     Call,
     Charge,
     Decision,
+    Judged,
     LoopCost,
     LoopGuardAbort,
     Proceed,
@@ -64,6 +65,7 @@ __all__ = [
     "DUPLICATE_MARK",
     "FINAL_ANSWER_MARK",
     "GUARD_NAME",
+    "JUDGE",
     "REPLY",
     "STEER_MARK",
     "Block",
@@ -73,6 +75,7 @@ __all__ = [
     "ExitBehavior",
     "GuardEvent",
     "GuardStats",
+    "Judged",
     "LoopCost",
     "LoopGuard",
     "LoopGuardAbort",

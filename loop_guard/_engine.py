@@ -66,7 +66,7 @@ from typing import cast, final
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._detectors import REFUSALS, STEERS, Cycle, steer_broken, window
-from loop_guard._messages import REPLY
+from loop_guard._messages import JUDGE, REPLY
 from loop_guard._state import (
     ALLOWED,
     BLOCKED,
@@ -90,6 +90,7 @@ from loop_guard._values import (
     Call,
     Charge,
     Decision,
+    Judged,
     LoopCost,
     Proceed,
     Result,
@@ -103,6 +104,7 @@ _FAILING_KEPT = 32  # tools whose errors are followed per request, for same-erro
 _SAME_ERROR_VARIANTS = 3  # different argument sets among a broken tool's identical errors
 _CHANGES_KEPT = 8  # changes remembered, to tell a new change from one re-applied
 TURNS_KEPT = 4  # earlier user turns whose steps are remembered, for repeats across turns
+_JUDGED_STEPS = 6  # recent steps the judge needs before it is asked
 
 
 Transition = tuple[RequestState, tuple[Decision, ...]]
@@ -362,6 +364,42 @@ class Engine:
         # Its message reaches the model as a steer's does; its event is the block's.
         state.steer = Steer(call=call, message=message, streak=repeats, reason="repeated_text")
         return state, (spent, block)
+
+    def judge_due(self, state: RequestState, every: int) -> bool:
+        """Whether the judge is to be asked about the request now: `every` counted steps
+        since it was last asked (or since the request began), and the recent steps
+        brought little that is new: at most half of them returned a result not returned
+        by another (calls that differ, answered alike: a search rephrased, an edit
+        undone and redone). The rules judge identical calls; the judge, what they miss.
+        """
+        if not self.config.enabled or state.stopped is not None:
+            return False
+        if state.counted - state.judged_at < every:
+            return False
+        recent = state.recent
+        return len(recent) >= _JUDGED_STEPS and 2 * len({s.result for s in recent}) <= len(recent)
+
+    def judged(
+        self, state: RequestState, *, progress: bool, tokens: int = 0, reason: str = ""
+    ) -> Transition:
+        """The judge's verdict on the request (asked when `judge_due`): a `Judged`
+        decision, and a `Steer` when it found no progress and no steer is due already.
+        A verdict never blocks: the rules' backstops do."""
+        if not self.config.enabled or state.stopped is not None:
+            return state, ()
+        state = clone(state)
+        state.judged_at = state.counted
+        call = make_call(JUDGE, "", None, f"{JUDGE}@{state.counted}", f"{JUDGE}@{state.counted}")
+        judged = Judged(
+            call=call, progress=progress, tokens=tokens, at=state.counted, reason=reason
+        )
+        if progress or state.steer is not None:
+            return state, (judged,)
+        calls = len(state.recent)
+        message = _messages.judge_steer_text(calls)
+        steer = Steer(call=call, message=message, streak=calls, reason="judge", cost=state.cost)
+        state.steer = steer
+        return state, (judged, steer)
 
     def asked_about(self, state: RequestState) -> str | None:
         """The key of the call a person is asked about when the request stopped: the

@@ -20,6 +20,7 @@ from loop_guard._values import (
     Block,
     Charge,
     Decision,
+    Judged,
     LoopCost,
     Proceed,
     Reason,
@@ -32,7 +33,7 @@ logger = logging.getLogger("loop_guard")
 # nowhere (not Python's last-resort handler, which would print warnings on stderr).
 logger.addHandler(logging.NullHandler())
 
-EventKind = Literal["warn", "block", "abort", "terminate", "error"]
+EventKind = Literal["warn", "block", "abort", "terminate", "error", "judge"]
 
 
 @final
@@ -41,7 +42,8 @@ class GuardEvent:
     """A warning, block or stop, as passed to `on_event` and logged on `loop_guard`.
 
     Attributes:
-        kind: `'warn'`, `'block'`, `'abort'`, `'terminate'`, or `'error'` when the
+        kind: `'warn'`, `'block'`, `'abort'`, `'terminate'`, `'judge'` when the judge
+            model was asked (`LoopGuardMiddleware(judge=...)`), or `'error'` when the
             guard itself failed on an event (the agent went on unguarded for it).
         conversation: The conversation key: the thread id, followed by the graph's
             namespace in a subgraph or subagent (`"t|worker:<task id>"`); outside a
@@ -53,14 +55,15 @@ class GuardEvent:
             laps; for an interleaved repeat: its occurrences in the window).
         blocks: Calls blocked so far in this request.
         message: The exact text shown: to the model for warn and block, to the user
-            for abort and terminate.
+            for abort and terminate; for a judgment, its verdict (`"progress"` or
+            `"no progress"`) and the judge's reason.
         reason: For warn and block, the detector that fired: `'repeat'` (the
             streak), `'cycle'`, `'interleaved'`, `'returned'` (also the backstop's
             blocks), `'unknown_tool'`, `'same_error'` or `'repeated_text'` (a reply that
             kept repeating its own text); `None` for stops and errors.
         call_id: The tool-call id of the call the event is about, when known.
-        cost: What loops cost the request so far (see `LoopCost`); for an error,
-            nothing.
+        cost: What loops cost the request so far (see `LoopCost`); for a judgment,
+            the judge's own call and its tokens; for an error, nothing.
 
     Examples:
         >>> from loop_guard import Call, LoopGuard, Result
@@ -86,10 +89,23 @@ class GuardEvent:
     cost: LoopCost = NO_COST
 
     @classmethod
-    def of(cls, conversation: str, decision: Block | Steer | Stop) -> GuardEvent:
+    def of(cls, conversation: str, decision: Block | Steer | Stop | Judged) -> GuardEvent:
         """The event for one of the engine's decisions."""
         kind: EventKind
         reason: Reason | None = None
+        if isinstance(decision, Judged):
+            verdict = "progress" if decision.progress else "no progress"
+            return cls(
+                kind="judge",
+                conversation=conversation,
+                tool=decision.call.tool,
+                args=None,
+                streak=decision.at,
+                blocks=0,
+                message=f"{verdict}: {decision.reason}" if decision.reason else verdict,
+                call_id=decision.call.id,
+                cost=LoopCost(model_calls=1, tokens=decision.tokens),
+            )
         match decision:
             case Steer():
                 kind, blocks, reason = "warn", 0, decision.reason
@@ -127,6 +143,8 @@ class GuardStats:
         aborts: Requests ended by the abort threshold.
         terminations: Requests ended by `use_terminate`.
         errors: Events the guard failed on and let through unguarded.
+        judgments: Times the judge model was asked (`LoopGuardMiddleware(judge=...)`).
+        judge_tokens: What the judge's calls cost, in tokens (when they report usage).
         cost: What loops cost, summed over every request (see `LoopCost`).
         by_tool: The same counters per tool name (errors under `""`), the cost's as
             `model_calls`, `tool_runs`, `tokens`, `tool_runs_saved` and so on.
@@ -152,11 +170,22 @@ class GuardStats:
     aborts: int = 0
     terminations: int = 0
     errors: int = 0
+    judgments: int = 0
+    judge_tokens: int = 0
     cost: LoopCost = NO_COST
     by_tool: Mapping[str, Mapping[str, int]]
 
 
-_EVENT_COUNTERS = ("calls", "warnings", "blocks", "aborts", "terminations", "errors")
+_EVENT_COUNTERS = (
+    "calls",
+    "warnings",
+    "blocks",
+    "aborts",
+    "terminations",
+    "errors",
+    "judgments",
+    "judge_tokens",
+)
 _COST_COUNTERS = tuple(field.name for field in fields(LoopCost))
 _COUNTERS = (*_EVENT_COUNTERS, *_COST_COUNTERS)
 _COUNTER_OF_KIND = {
@@ -165,6 +194,7 @@ _COUNTER_OF_KIND = {
     "abort": "aborts",
     "terminate": "terminations",
     "error": "errors",
+    "judge": "judgments",
 }
 
 
@@ -285,7 +315,9 @@ class Events:
                     if value := getattr(cost, name):
                         self._counts[tool, name] += value
                 continue
-            if isinstance(decision, Block) and decision.call.tool != REPLY:
+            if isinstance(decision, Judged):
+                self._counts[decision.call.tool, "judge_tokens"] += decision.tokens
+            elif isinstance(decision, Block) and decision.call.tool != REPLY:
                 self._counts[decision.call.tool, "calls"] += 1  # a refused call
             event = GuardEvent.of(conversation, decision)
             self._counts[event.tool, _COUNTER_OF_KIND[event.kind]] += 1
@@ -294,8 +326,8 @@ class Events:
 
     def _send_all(self, events: Iterable[GuardEvent]) -> None:
         for event in events:
-            # Steers and blocks are routine (INFO); a stopped request deserves a WARNING.
-            level = logging.INFO if event.kind in ("warn", "block") else logging.WARNING
+            # Steers, blocks and judgments are routine (INFO); a stop deserves a WARNING.
+            level = logging.INFO if event.kind in ("warn", "block", "judge") else logging.WARNING
             self._send(event, level)
 
     def _send(self, event: GuardEvent, level: int, error: BaseException | None = None) -> None:
@@ -334,3 +366,5 @@ def _once_key(decision: Decision) -> object:
             return ("stop", decision.kind, decision.message)
         case Charge():
             return ("charge", decision.call.key, decision.cost)
+        case Judged():
+            return ("judge", decision.at)

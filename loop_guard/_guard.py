@@ -511,6 +511,25 @@ class Session:
 
         return self._run(record)
 
+    def judge_due(self, every: int) -> bool:
+        """Whether the judge is to be asked about the request now (`Engine.judge_due`):
+        `every` counted steps since it last was, and recent steps that brought little new."""
+        return self._engine.judge_due(self.state, every)
+
+    def judged(self, *, progress: bool, tokens: int = 0, reason: str = "") -> Steer | None:
+        """Record the judge's verdict (`tokens`: what its call cost; `reason`: its words,
+        for logs); the steer it makes due when it found no progress, else `None`. The
+        steer is delivered as any other (`finish`, `take_steer`)."""
+
+        def record(state: RequestState) -> tuple[RequestState, Steer | None, Sequence[Decision]]:
+            state, decisions = self._engine.judged(
+                state, progress=progress, tokens=tokens, reason=reason
+            )
+            steer = next((d for d in decisions if isinstance(d, Steer)), None)
+            return state, steer, decisions
+
+        return self._run(record)
+
     @property
     def asked_about(self) -> str | None:
         """The `Call.key` of the call a person is asked about once the request stopped."""
@@ -525,12 +544,17 @@ class Session:
         return self._run(lambda state: (*self._engine.take_steer(state), ()))
 
     def finish(
-        self, results: Sequence[tuple[Call, Result]] = (), *, settle: bool = True
+        self,
+        results: Sequence[tuple[Call, Result]] = (),
+        *,
+        settle: bool = True,
+        claim: bool = True,
     ) -> Stop | Steer | None:
         """Record the last batch's `results`, close the batch, counting the calls that
         have results (unless `settle` is false: the batch's response is not in sight),
         and say what comes next: the `Stop` that ended the request, else the due steer,
-        claimed for delivery (once per streak), else `None`. One transition."""
+        claimed for delivery (once per streak; left due when `claim` is false), else
+        `None`. One transition."""
 
         def conclude(
             state: RequestState,
@@ -546,6 +570,8 @@ class Session:
             stop = engine.stop_of(state)
             if stop is not None:
                 return state, stop, decisions
+            if not claim:
+                return state, state.steer, decisions
             state, steer = engine.take_steer(state)
             return state, steer, decisions
 

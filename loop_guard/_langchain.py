@@ -514,6 +514,23 @@ def final_answer(reply: object) -> AIMessage | None:
     return reply.model_copy(update={"name": GUARD_NAME, "response_metadata": metadata})
 
 
+def text_of(content: Any) -> str:
+    """The text of a message's (or a chunk's) content: a string, or its text blocks."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") == "text":
+            text = block.get("text")
+            if isinstance(text, str):
+                parts.append(text)
+    return "".join(parts)
+
+
 def messages_of(state: Any, key: str = "messages") -> Sequence[BaseMessage]:
     """The messages of a graph state: a `MessagesState`-like mapping, object or list."""
     messages = state.get(key, ()) if isinstance(state, Mapping) else getattr(state, key, state)

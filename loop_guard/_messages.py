@@ -236,6 +236,19 @@ def same_error_block_text(tool: str) -> str:
     )
 
 
+JUDGE = "(judge)"
+"""The `tool` of the judge's decisions (`LoopGuardMiddleware(judge=...)`)."""
+
+
+def judge_steer_text(calls: int) -> str:
+    """The steer message when the judge found the agent making no progress."""
+    return (
+        f"LOOP GUARD: a reviewer read your last {calls} tool calls and found that they are "
+        "not making progress: they keep bringing back little that is new. Step back: say "
+        "what you have learned so far, then change your approach or give your final answer."
+    )
+
+
 def repeated_text_note(repeats: int) -> str:
     """Appended to a reply cut where it began repeating its own text."""
     return (

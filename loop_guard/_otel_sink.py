@@ -35,6 +35,7 @@ _SPAN_EVENT: dict[EventKind, str] = {
     "abort": "loop_guard.stop",
     "terminate": "loop_guard.stop",
     "error": "loop_guard.error",
+    "judge": "loop_guard.judgment",
 }
 _COUNTER: dict[EventKind, str] = {
     "warn": "loop_guard.steers",
@@ -42,12 +43,14 @@ _COUNTER: dict[EventKind, str] = {
     "abort": "loop_guard.stops",
     "terminate": "loop_guard.stops",
     "error": "loop_guard.errors",
+    "judge": "loop_guard.judgments",
 }
 _COUNTER_HELP = {
     "loop_guard.steers": "Steer messages the guard delivered to the model",
     "loop_guard.blocks": "Tool calls the guard refused",
     "loop_guard.stops": "Requests the guard ended",
     "loop_guard.errors": "Events the guard failed on and let through unguarded",
+    "loop_guard.judgments": "Times the judge model was asked whether an agent made progress",
 }
 
 _counters: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from langgraph.errors import GraphBubbleUp
 from typing_extensions import override
 
 from loop_guard import _messages
+from loop_guard._langchain import text_of
 from loop_guard._messages import GUARD_NAME
 from loop_guard._repeated_text import Repetition, TextWatch, find_repetition
 
@@ -32,23 +33,6 @@ REPEATED_TEXT_MARK = "repeated_text"
 
 REPEATS_KEY = "loop_guard_repeats"
 """`response_metadata` key of a cut reply: how many times it had repeated its text."""
-
-
-def text_of(content: Any) -> str:
-    """The text of a message's (or a chunk's) content: a string, or its text blocks."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    parts = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
-            text = block.get("text")
-            if isinstance(text, str):
-                parts.append(text)
-    return "".join(parts)
 
 
 def repetition_in(message: BaseMessage, min_chars: int) -> Repetition | None:

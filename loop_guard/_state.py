@@ -172,6 +172,7 @@ class RequestState:
     rearm: int = 0
     # The replies (by message id) cut for repeating their own text in this request.
     text_loops: tuple[str, ...] = ()
+    judged_at: int = 0  # counted steps when the judge was last asked in this request
 
     @property
     def awaiting(self) -> tuple[Call, ...]:
@@ -270,6 +271,8 @@ class RequestState:
             snapshot["rearm"] = self.rearm
         if self.text_loops:
             snapshot["text_loops"] = list(self.text_loops)
+        if self.judged_at:
+            snapshot["judged_at"] = self.judged_at
         return snapshot
 
     @classmethod
@@ -321,6 +324,7 @@ class RequestState:
             resumed=int(data.get("resumed", 0)),
             rearm=int(data.get("rearm", 0)),
             text_loops=tuple(map(str, data.get("text_loops", ()))),
+            judged_at=int(data.get("judged_at", 0)),
         )
 
 
@@ -433,6 +437,7 @@ def clone(state: RequestState) -> RequestState:
     copy.resumed = state.resumed
     copy.rearm = state.rearm
     copy.text_loops = state.text_loops
+    copy.judged_at = state.judged_at
     return copy
 
 

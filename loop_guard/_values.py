@@ -24,7 +24,14 @@ StopKind = Literal["abort", "terminate"]
 """
 
 Reason = Literal[
-    "repeat", "cycle", "interleaved", "returned", "unknown_tool", "same_error", "repeated_text"
+    "repeat",
+    "cycle",
+    "interleaved",
+    "returned",
+    "unknown_tool",
+    "same_error",
+    "repeated_text",
+    "judge",
 ]
 """Which detector a steer or block came from.
 
@@ -37,6 +44,8 @@ Reason = Literal[
 - `'same_error'`: a tool returning the identical error whatever its args.
 - `'repeated_text'`: a reply that kept repeating a chunk of its own text (its
   decisions' `call.tool` is `REPLY`).
+- `'judge'`: the judge model found the agent making no progress (a steer only; its
+  `call.tool` is `JUDGE`).
 """
 
 
@@ -296,7 +305,29 @@ class Charge:
     cost: LoopCost
 
 
-Decision = Proceed | Block | Steer | Stop | Charge
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Judged:
+    """The judge model was asked whether the agent is making progress
+    (`LoopGuardMiddleware(judge=...)`): counted in the guard's stats; nothing for an
+    adapter to do (a verdict of no progress comes with its `Steer`).
+
+    Attributes:
+        call: Names the judge (`call.tool` is `JUDGE`).
+        progress: The verdict: `False` when the judge found the agent going round.
+        tokens: What the judge's call cost (0 when its reply carries no usage).
+        at: The request's counted steps when the judge was asked.
+        reason: The judge's own words, for logs (model output: never shown to the agent).
+    """
+
+    call: Call
+    progress: bool
+    tokens: int = 0
+    at: int = 0
+    reason: str = ""
+
+
+Decision = Proceed | Block | Steer | Stop | Charge | Judged
 """Everything the engine can decide; adapters act on each with one `match`."""
 
 

@@ -6,6 +6,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, cast
 
 from langchain.agents.middleware.types import (
@@ -17,6 +18,8 @@ from langchain.agents.middleware.types import (
     PrivateStateAttr,
     ResponseT,
 )
+from langchain.chat_models import init_chat_model
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
     AnyMessage,
@@ -25,8 +28,10 @@ from langchain_core.messages import (
     RemoveMessage,
     ToolMessage,
 )
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_config
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
@@ -45,6 +50,7 @@ from loop_guard._faces import (
     shared_run,
 )
 from loop_guard._guard import LoopGuard, Session
+from loop_guard._judge import judge_messages, verdict_of
 from loop_guard._langchain import (
     answer_request,
     answers_to,
@@ -69,7 +75,6 @@ from loop_guard._state import SCHEMA_VERSION, migrate
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer, Stop
 
 if TYPE_CHECKING:
-    from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import CheckpointTuple
     from langgraph.pregel import Pregel
     from langgraph.runtime import Runtime
@@ -171,6 +176,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         *,
         on_event: Callable[[GuardEvent], object] | None = None,
         exit_behavior: ExitBehavior = "end",
+        judge: BaseChatModel | str | None = None,
+        judge_every: int = 10,
         **overrides: Any,
     ) -> None:
         """Initialize the loop guard middleware.
@@ -181,6 +188,15 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             exit_behavior: `'end'` to end the run cleanly with the guard's message,
                 `'answer'` to end it with the model's own answer, `'error'` to raise
                 `LoopGuardAbort`, `'ask'` to ask a person (`ExitBehavior`).
+            judge: A small chat model (or a name for `init_chat_model`, such as
+                `"openai:gpt-5-mini"`) asked whether the agent still makes progress,
+                for loops whose calls all differ. Off by default. It is asked at most
+                once per `judge_every` counted steps of a request, and only when the
+                recent steps brought back little that is new; a verdict of no
+                progress steers the model, never blocks. Its calls and tokens are
+                counted (`GuardStats.judgments`, `judge_tokens`, `'judge'` events).
+            judge_every: Counted steps (model responses with tool calls) between two
+                questions to the judge, at least.
             **overrides: Any `LoopGuardConfig` field; wins over `config` and the
                 environment.
 
@@ -191,6 +207,12 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         if exit_behavior not in _EXIT_BEHAVIORS:
             msg = f"Invalid exit_behavior: {exit_behavior!r}. Must be one of {_EXIT_BEHAVIORS}"
             raise ValueError(msg)
+        every: object = judge_every  # checked at run time: callers may be untyped
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            msg = f"judge_every must be an integer >= 1, got {every!r}"
+            raise ValueError(msg)
+        self.judge = _judge_model(judge)
+        self.judge_every = judge_every
         self.guard = LoopGuard(config, on_event=on_event, **overrides)
         attach_sinks(self.guard)
         self.exit_behavior = exit_behavior
@@ -254,6 +276,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         `Command` of an `ExtendedModelResponse`.
         """
         turn = _Turn(self, request)
+        if self.judge is not None and (question := turn.question()) is not None:
+            turn.judged(*_ask(self.judge, question))
         while (model_request := turn.next_request()) is not None:
             try:
                 with turn.watching():
@@ -275,6 +299,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     ) -> ModelResponse[ResponseT] | ExtendedModelResponse[ResponseT]:
         """Async twin of `wrap_model_call`."""
         turn = _Turn(self, request)
+        if self.judge is not None and (question := turn.question()) is not None:
+            turn.judged(*await _aask(self.judge, question))
         while (model_request := turn.next_request()) is not None:
             try:
                 with turn.watching():
@@ -401,11 +427,17 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         return answers
 
     def _record_results(
-        self, state: LoopGuardState[ResponseT], session: Session, tools: frozenset[str]
+        self,
+        state: LoopGuardState[ResponseT],
+        session: Session,
+        tools: frozenset[str],
+        *,
+        deliver: bool = True,
     ) -> list[AnyMessage] | None:
         """Record the last batch's results; a due steer as a message (also one due from
-        calls the reply answered itself, recorded when it was decided). `tools`: the
-        names of the tools the model was offered, the tools that exist."""
+        calls the reply answered itself, recorded when it was decided), unless `deliver`
+        is false (the steer stays due). `tools`: the names of the tools the model was
+        offered, the tools that exist."""
         awaiting = {call.key for call in session.awaiting}
         message, answers = last_batch(state["messages"])
         if (not awaiting or message is None) and not session.steer_pending:
@@ -420,8 +452,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         results = results_of(self.guard, session, answered, tools)
         # Settled only where the batch's response is in sight; a stop is the reply's to
         # tell (`_check_response`).
-        after = session.finish(results, settle=bool(awaiting) and message is not None)
-        if not isinstance(after, Steer):
+        after = session.finish(
+            results, settle=bool(awaiting) and message is not None, claim=deliver
+        )
+        if not isinstance(after, Steer) or not deliver:
             return []
         return [HumanMessage(content=after.message, name=_messages.GUARD_NAME)]
 
@@ -514,6 +548,43 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         except Exception as error:  # a fault of the guard: this call runs unguarded
             self.guard.report_fault(None, error)
             return None
+
+
+# The judge's calls are the guard's own: traced, never streamed to the agent's caller.
+_JUDGE_CONFIG: RunnableConfig = {
+    "tags": [TAG_NOSTREAM, "loop_guard:judge"],
+    "run_name": "loop_guard_judge",
+}
+
+
+def _judge_model(judge: object) -> BaseChatModel | None:
+    """The judge as given: a chat model, or a name `init_chat_model` knows."""
+    if judge is None or isinstance(judge, BaseChatModel):
+        return judge
+    if isinstance(judge, str):
+        return init_chat_model(judge)
+    msg = f"judge must be a chat model or a model name, got {type(judge).__name__}"
+    raise ValueError(msg)
+
+
+def _ask(judge: BaseChatModel, question: list[BaseMessage]) -> tuple[object, str]:
+    """The judge's reply, and why there is none when its call failed."""
+    try:
+        return judge.invoke(question, _JUDGE_CONFIG), ""
+    except GraphBubbleUp:
+        raise
+    except Exception as error:  # a judge that fails never fails the agent
+        return None, f"the judge's call failed: {type(error).__name__}: {error}"
+
+
+async def _aask(judge: BaseChatModel, question: list[BaseMessage]) -> tuple[object, str]:
+    """Async twin of `_ask`."""
+    try:
+        return await judge.ainvoke(question, _JUDGE_CONFIG), ""
+    except GraphBubbleUp:
+        raise
+    except Exception as error:  # a judge that fails never fails the agent
+        return None, f"the judge's call failed: {type(error).__name__}: {error}"
 
 
 def _left_unanswered(state: LoopGuardState[Any], stop: Stop | None) -> list[BaseMessage] | None:
@@ -735,6 +806,40 @@ class _Turn(Generic[ResponseT]):
         ):
             self._add(answers)
             self.again = True
+
+    def question(self) -> list[BaseMessage] | None:
+        """What the judge is to be asked before this turn's model call, if it is due
+        (`Session.judge_due`): the history's recent calls and results, as data. The
+        last batch's results are recorded first, its steer left for the model call."""
+        middleware = self.middleware
+        self._decide(partial(middleware._record_results, deliver=False))
+        try:
+            if not self.session.judge_due(middleware.judge_every):
+                return None  # the common case
+            return judge_messages(messages_of(self.state))
+        except Exception as error:  # a fault of the guard: no judgment this turn
+            self.middleware.guard.report_fault(self.session.conversation, error)
+            return None
+
+    def judged(self, reply: object, failure: str) -> None:
+        """Record the judge's answer: its verdict, or no progress found when it gave
+        none (`failure` says why); a verdict of no progress makes a steer due, delivered
+        with this turn's model call."""
+        verdict = verdict_of(reply) if not failure else None
+        if verdict is None:
+            failure = failure or "no verdict in the judge's reply"
+            logger.warning("loop guard: the judge gave no verdict (%s)", failure)
+        tokens = tokens_of(reply) if isinstance(reply, AIMessage) else 0
+        try:
+            self.session.judged(
+                progress=verdict is None or verdict.progress,
+                tokens=tokens,
+                reason=failure if verdict is None else verdict.reason,
+            )
+            self.session.publish()
+        except Exception as error:  # a fault of the guard: no judgment this turn
+            self.middleware.guard.report_fault(self.session.conversation, error)
+        self.changed = True
 
     def watching(self) -> AbstractContextManager[None]:
         """Around a model call: a streaming reply that begins repeating its own text is

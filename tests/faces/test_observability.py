@@ -120,6 +120,8 @@ def test_counters_through_the_middleware() -> None:
             "aborts": 2,
             "terminations": 0,
             "errors": 0,
+            "judgments": 0,
+            "judge_tokens": 0,
             **dataclasses.asdict(cost),
         }
     }

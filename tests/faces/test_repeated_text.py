@@ -9,7 +9,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 from langchain.agents import create_agent
@@ -39,11 +39,9 @@ from loop_guard.testing import (
     steered,
     tool_calls_message,
 )
-from tests.support.agents import assert_valid_history
-from tests.support.texts import NOT_LOOPS, Text
+from tests.support.agents import MODES, Mode, assert_valid_history
+from tests.support.texts import LOOPS, NOT_LOOPS, Text
 
-Mode = Literal["invoke", "ainvoke", "stream", "astream"]
-MODES: tuple[Mode, ...] = ("invoke", "ainvoke", "stream", "astream")
 PREFIX = "The build log shows one failing test, test_parse_dates. "
 CHANT = "Let me check the log file again to be sure. "
 CHANTING = PREFIX + CHANT * 2000  # about 90,000 characters: until the output limit
@@ -176,6 +174,25 @@ def test_look_alikes_pass_untouched(text: Text, mode: Mode) -> None:
     assert events == []
     assert messages[-1].text == text.text
     assert model.calls == 1
+
+
+@pytest.mark.parametrize("mode", ["stream", "ainvoke"])
+@pytest.mark.parametrize("text", LOOPS, ids=lambda text: text.name)
+def test_every_loop_of_the_catalogue_is_cut_after_its_prefix(text: Text, mode: Mode) -> None:
+    def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        return AIMessage(ANSWER if steered(messages) else text.text)
+
+    model, middleware, agent = guarded(script)
+    model.chunk_chars = 16
+    with capture_events(middleware.guard) as events:
+        messages, _ = run(agent, {}, mode)
+    assert [e.kind for e in events] == ["warn"]
+    (cut,) = cut_replies(messages)
+    assert cut.text.startswith(text.prefix.rstrip())
+    assert len(cut.text) < len(text.text)
+    assert messages[-1].text == ANSWER
+    if mode == "stream":
+        assert model.chunks * 16 < len(text.text) + 16 * 2  # stopped before the end
 
 
 def test_a_cut_reply_keeps_its_tool_call_and_is_steered_after_it() -> None:
