@@ -30,8 +30,7 @@ from _harness import Scale, Section, Target, interleave, median, quartiles, rati
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from loop_guard import LoopGuardMiddleware
-from loop_guard._repeated_text import TextWatch, find_repetition  # what the middleware runs
+from loop_guard import LoopGuardMiddleware, TextWatch, find_repetition
 from loop_guard.testing import ScriptedChatModel, asked_to_answer, steered
 
 CHUNK = 4  # characters per streamed chunk: about a token
@@ -47,7 +46,7 @@ class Sizes:
     chant_chars: int  # the degenerate reply's length
 
 
-FULL_SIZES = Sizes(10_000, 9, (10_000, 40_000, 160_000, 640_000), 5, 40_000)
+FULL_SIZES = Sizes(10_000, 15, (10_000, 40_000, 160_000, 640_000), 7, 40_000)
 QUICK_SIZES = Sizes(500, 2, (4_000, 16_000), 1, 8_000)
 
 # ---------------------------------------------------------------------------- texts
@@ -217,11 +216,12 @@ def cost_rows(sizes: Sizes, section: Section) -> None:
     )
     for name, values in (("pipeline overhead (on vs off)", added), ("check alone", alone)):
         value = median(values)
+        low, high = quartiles(values)
         section.targets.append(
             Target(
                 f"repeated-text check, {name}, {sizes.tokens:,}-token streamed reply",
                 "≤ 5%",
-                f"{value:.1%}",
+                f"{value:.1%} (IQR {low:.1%} … {high:.1%})",
                 value <= 0.05,
             )
         )
@@ -318,7 +318,10 @@ def run(scale: Scale) -> Section:
             f" {sizes.rounds} interleaved runs per variant; *vs check off* is against"
             " `LoopGuardMiddleware(detect_repeated_text=False)`. *The check alone* feeds the"
             " same chunks to a `TextWatch` and reads the finished reply with"
-            " `find_repetition`, as the middleware does."
+            " `find_repetition`, as the middleware does. The streamed run's wall time moves"
+            " by ±20% between identical runs (two threads hand each chunk over), so the"
+            " difference *on / off* is noisy; the share of the check alone is the steady"
+            " measure (the middleware adds a callback per chunk on top of it)."
         ),
         columns=["variant", "median", "per chunk", "vs check off"],
     )

@@ -24,6 +24,7 @@ from loop_guard._config import LoopGuardConfig, Normalizer, ToolPolicy
 from loop_guard._events import GuardEvent, GuardStats
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._messages import GUARD_NAME, JUDGE, REPLY
+from loop_guard._repeated_text import Repetition, TextWatch, find_repetition
 from loop_guard._values import (
     Block,
     Call,
@@ -87,13 +88,16 @@ __all__ = [
     "Normalizer",
     "Proceed",
     "Reason",
+    "Repetition",
     "Result",
     "Session",
     "Steer",
     "Stop",
     "StopKind",
+    "TextWatch",
     "ToolPolicy",
     "aupgrade_thread",
+    "find_repetition",
     "guard_tools",
     "normalize_fresh",
     "normalize_volatile",

@@ -137,51 +137,58 @@ class ReplyWatches:
 class Cutter(BaseCallbackHandler):
     """Cuts a streaming reply where it begins repeating itself: raises `RepeatedTextCut`
     out of the model's generation (closing its stream). Attached to every chat model run
-    within `cutting` by a configure hook, as LangChain attaches its tracers."""
+    within `cutting` by a configure hook, as LangChain attaches its tracers.
+
+    Once it has cut a reply, it refuses every other model run it sees (`cut`): middleware
+    between the guard and the model that takes the cut for a failure (a retry, a fallback,
+    in langchain releases that do not pass control flow through) gets no new generation.
+    """
 
     raise_error = True
     run_inline = True  # in the generation's own loop, before its next chunk
 
     def __init__(self, min_chars: int) -> None:
         super().__init__()
-        self._watches = ReplyWatches(min_chars)
-        self._chunks: dict[UUID, list[AIMessageChunk]] = {}
+        self.min_chars = min_chars
+        self.cut: RepeatedTextCut | None = None
+        """The cut made, once made."""
+        # Per model run: its watch and the chunks it streamed (to rebuild a cut reply).
+        self._runs: dict[UUID, tuple[TextWatch, list[AIMessageChunk]]] = {}
 
     @override
     def on_chat_model_start(
         self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]], *,
         run_id: UUID, **kwargs: Any,
     ) -> None:  # fmt: skip
-        self._watches.start(run_id)
-        self._chunks[run_id] = []
+        if self.cut is not None:
+            raise self.cut
+        self._runs[run_id] = (TextWatch(self.min_chars), [])
 
     @override
     def on_llm_new_token(
         self, token: Any, *, run_id: UUID, chunk: Any = None, **kwargs: Any
     ) -> None:
-        chunks = self._chunks.get(run_id)
-        if chunks is None:
+        run = self._runs.get(run_id)
+        if run is None:
             return
+        watch, chunks = run
         message = getattr(chunk, "message", None)
         if isinstance(message, AIMessageChunk):
             chunks.append(message)
-        found = self._watches.feed(run_id, token)
+        found = watch.feed(token if isinstance(token, str) else text_of(token))
         if found is not None and chunks:
-            del self._chunks[run_id]
+            del self._runs[run_id]
             reply = message_chunk_to_message(add_ai_message_chunks(chunks[0], *chunks[1:]))
-            raise RepeatedTextCut(cast("AIMessage", reply), found, len(chunks))
+            self.cut = RepeatedTextCut(cast("AIMessage", reply), found, len(chunks))
+            raise self.cut
 
     @override
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._forget(run_id)
+        self._runs.pop(run_id, None)
 
     @override
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        self._forget(run_id)
-
-    def _forget(self, run_id: UUID) -> None:
-        self._watches.end(run_id)
-        self._chunks.pop(run_id, None)
+        self._runs.pop(run_id, None)
 
 
 _cutter: ContextVar[Cutter | None] = ContextVar("loop_guard_cutter", default=None)
@@ -202,12 +209,13 @@ logging.getLogger("langchain_core.callbacks.manager").addFilter(_CutIsNotAnError
 
 
 @contextmanager
-def cutting(min_chars: int) -> Iterator[None]:
+def cutting(min_chars: int) -> Iterator[Cutter]:
     """Within this block, a chat model run whose streamed reply begins repeating itself
-    is cut (`RepeatedTextCut`). A model that does not stream is not watched: its finished
-    reply is read whole (`repetition_in`)."""
-    token = _cutter.set(Cutter(min_chars))
+    is cut (`RepeatedTextCut`; then `Cutter.cut`). A model that does not stream is not
+    watched: its finished reply is read whole (`repetition_in`)."""
+    cutter = Cutter(min_chars)
+    token = _cutter.set(cutter)
     try:
-        yield
+        yield cutter
     finally:
         _cutter.reset(token)

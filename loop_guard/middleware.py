@@ -70,7 +70,7 @@ from loop_guard._langchain import (
     tool_names,
 )
 from loop_guard._repeated_text import Repetition
-from loop_guard._reply_watch import RepeatedTextCut, cut_reply, cutting, repetition_in
+from loop_guard._reply_watch import Cutter, RepeatedTextCut, cut_reply, cutting, repetition_in
 from loop_guard._state import SCHEMA_VERSION, migrate
 from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer, Stop
 
@@ -280,8 +280,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             turn.judged(*_ask(self.judge, question))
         while (model_request := turn.next_request()) is not None:
             try:
-                with turn.watching():
+                with turn.watching() as cutter:
                     response = handler(model_request)
+                if cutter is not None and cutter.cut is not None:
+                    response = turn.cut_short(cutter.cut)  # a cut an inner middleware took
             except RepeatedTextCut as cut:
                 response = turn.cut_short(cut)
             except Exception as error:
@@ -303,8 +305,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             turn.judged(*await _aask(self.judge, question))
         while (model_request := turn.next_request()) is not None:
             try:
-                with turn.watching():
+                with turn.watching() as cutter:
                     response = await handler(model_request)
+                if cutter is not None and cutter.cut is not None:
+                    response = turn.cut_short(cutter.cut)  # a cut an inner middleware took
             except RepeatedTextCut as cut:
                 response = turn.cut_short(cut)
             except Exception as error:
@@ -841,9 +845,11 @@ class _Turn(Generic[ResponseT]):
             self.middleware.guard.report_fault(self.session.conversation, error)
         self.changed = True
 
-    def watching(self) -> AbstractContextManager[None]:
+    def watching(self) -> AbstractContextManager[Cutter | None]:
         """Around a model call: a streaming reply that begins repeating its own text is
-        cut there (`RepeatedTextCut`, then `cut_short`)."""
+        cut there (`RepeatedTextCut`, then `cut_short`). Middleware between the guard and
+        the model may take the cut for a failure and answer otherwise (older langchain
+        releases): the cut, kept by the `Cutter`, still wins."""
         return cutting(self.text_chars) if self.watches_text else nullcontext()
 
     def cut_short(self, cut: RepeatedTextCut) -> ModelResponse[ResponseT]:

@@ -39,7 +39,7 @@ from loop_guard.testing import (
     steered,
     tool_calls_message,
 )
-from tests.support.agents import MODES, Mode, assert_valid_history
+from tests.support.agents import MODES, Mode, assert_valid_history, needs_async_context
 from tests.support.texts import LOOPS, NOT_LOOPS, Text
 
 PREFIX = "The build log shows one failing test, test_parse_dates. "
@@ -325,7 +325,9 @@ def test_the_handler_counts_a_streamed_chanting_reply() -> None:
     assert model.chunks == len(CHANTING) // CHUNK + 1
 
 
-@pytest.mark.parametrize("mode", ["stream", "astream", "invoke"])
+@pytest.mark.parametrize(
+    "mode", ["stream", pytest.param("astream", marks=needs_async_context), "invoke"]
+)
 def test_the_handler_stops_a_stream_when_the_request_stops(mode: Mode) -> None:
     def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
         reply = tool_calls_message(("read_log", {"name": f"part-{index}"}))
