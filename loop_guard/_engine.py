@@ -104,7 +104,8 @@ _FAILING_KEPT = 32  # tools whose errors are followed per request, for same-erro
 _SAME_ERROR_VARIANTS = 3  # different argument sets among a broken tool's identical errors
 _CHANGES_KEPT = 8  # changes remembered, to tell a new change from one re-applied
 TURNS_KEPT = 4  # earlier user turns whose steps are remembered, for repeats across turns
-_JUDGED_STEPS = 6  # recent steps the judge needs before it is asked
+JUDGED_STEPS = 6
+"""Recent steps the judge needs before it is asked (the engine must remember as many)."""
 
 
 Transition = tuple[RequestState, tuple[Decision, ...]]
@@ -377,7 +378,7 @@ class Engine:
         if state.counted - state.judged_at < every:
             return False
         recent = state.recent
-        return len(recent) >= _JUDGED_STEPS and 2 * len({s.result for s in recent}) <= len(recent)
+        return len(recent) >= JUDGED_STEPS and 2 * len({s.result for s in recent}) <= len(recent)
 
     def judged(
         self, state: RequestState, *, progress: bool, tokens: int = 0, reason: str = ""

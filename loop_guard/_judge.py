@@ -17,16 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from loop_guard._history import is_user_message
-from loop_guard._langchain import text_of
+from loop_guard._history import current_request, is_user_message
+from loop_guard._langchain import answers_to, calls_of, text_of
 
 _CALLS_SHOWN = 12  # the most recent tool calls the judge reads
 _ARGS_CHARS = 300  # characters of a call's arguments shown
@@ -64,30 +58,34 @@ class Verdict:
 
 def judge_messages(history: Sequence[BaseMessage]) -> list[BaseMessage]:
     """What the judge is asked about an agent's history: its instructions, then the
-    user's request and the most recent tool calls with their results, as JSON."""
-    request = ""
-    for message in reversed(history):
-        if is_user_message(message):
-            request = _cut(text_of(message.content), _REQUEST_CHARS)
-            break
-    results = {
-        message.tool_call_id: _cut(text_of(message.content), _RESULT_CHARS)
-        for message in history
-        if isinstance(message, ToolMessage)
-    }
+    current request and its most recent tool calls with their results, as JSON. Only
+    those calls are read (from the newest back), each answer paired with its call as
+    the tool node paired them (a provider may reuse tool-call ids)."""
+    _, messages = current_request(history)
+    first = messages[0] if messages else None
+    request = text_of(first.content) if first is not None and is_user_message(first) else ""
     calls: list[dict[str, Any]] = []
-    for message in history:
-        if isinstance(message, AIMessage):
-            for call in message.tool_calls:
-                args = json.dumps(call["args"], sort_keys=True, default=str)
-                calls.append(
-                    {
-                        "tool": _cut(call["name"], 80),
-                        "args": _cut(args, _ARGS_CHARS),
-                        "result": results.get(call["id"] or ""),
-                    }
-                )
-    record = {"user_request": request, "recent_tool_calls": calls[-_CALLS_SHOWN:]}
+    end = len(messages)  # where the answers of the response being read end
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if not isinstance(message, AIMessage):
+            continue
+        answers = answers_to(calls_of(message), messages[index + 1 : end])
+        calls[:0] = [
+            {
+                "tool": _cut(call["name"], 80),
+                "args": _cut(json.dumps(call["args"], sort_keys=True, default=str), _ARGS_CHARS),
+                "result": None if answer is None else _cut(text_of(answer.content), _RESULT_CHARS),
+            }
+            for call, answer in zip(message.tool_calls, answers, strict=True)
+        ]
+        end = index
+        if len(calls) >= _CALLS_SHOWN:
+            break
+    record = {
+        "user_request": _cut(request, _REQUEST_CHARS),
+        "recent_tool_calls": calls[-_CALLS_SHOWN:],
+    }
     data = json.dumps(record, ensure_ascii=False, indent=1)
     return [
         SystemMessage(INSTRUCTIONS),

@@ -34,7 +34,10 @@ _CHECK_EVERY = 64  # characters generated between two checks
 _NEAR_OCCURRENCES = 10  # sentences that make a near-repetition, at least
 _VARIANTS = 4  # different sentences a near-repetition may have, at most
 _SYMBOLS_FACTOR = 4  # how much more text a unit of symbols only must cover
-_WORD = re.compile(r"[^\W_]")  # a letter or a digit, in any script
+_LETTER = re.compile(r"[^\W\d_]")  # a letter, in any script
+_WORDS = re.compile(r"[^\W\d_]+")
+_SENTENCE_WORDS = 3  # words of a sentence, at least: most pieces of a near-repetition are
+_FENCE = "```"  # opens and closes a markdown code block
 _ENDS = ".!?\u3002\uff01\uff1f"  # what ends a sentence, in Latin and CJK script
 # A sentence or a line, with its closing punctuation (no backtracking over blank lines).
 _PIECE = re.compile(rf"[^\n{_ENDS}]+[{_ENDS}]*")
@@ -89,6 +92,7 @@ class TextWatch:
 
     __slots__ = (
         "_checked",
+        "_fences",
         "_min_chars",
         "_pending",
         "_pending_chars",
@@ -103,6 +107,7 @@ class TextWatch:
         self._window = _SYMBOLS_FACTOR * min_chars + 2 * _MAX_PERIOD
         self._tail = ""
         self._checked = 0  # characters of the reply before `_tail` ends, once joined
+        self._fences = 0  # code fences in those characters
         self._pending: list[str] = []  # chunks since the last check
         self._pending_chars = 0
         self.found: Repetition | None = None
@@ -134,14 +139,17 @@ class TextWatch:
         return self.found
 
     def _check(self) -> Repetition | None:
-        tail = self._tail + "".join(self._pending)
+        new = "".join(self._pending)
+        # The last two characters before may begin a fence; alone they hold none.
+        self._fences += (self._tail[-2:] + new).count(_FENCE)
+        tail = self._tail + new
         self._checked += self._pending_chars
         self._pending.clear()
         self._pending_chars = 0
         if len(tail) > self._window:
             tail = tail[-self._window :]
         self._tail = tail
-        found = _repetition_at_end(tail, self._min_chars)
+        found = _repetition_at_end(tail, self._min_chars, self._fences - tail.count(_FENCE))
         if found is not None:
             offset = self._checked - len(tail)  # where the tail begins in the reply
             self.found = Repetition(found.start + offset, found.period, found.repeats)
@@ -165,8 +173,9 @@ def find_repetition(text: str, min_chars: int = DEFAULT_MIN_CHARS) -> Repetition
     return watch.finish()
 
 
-def _repetition_at_end(text: str, min_chars: int) -> Repetition | None:
-    """The repetition `text` ends in, if it is long enough to be a loop."""
+def _repetition_at_end(text: str, min_chars: int, fences: int) -> Repetition | None:
+    """The repetition `text` ends in, if it is long enough to be a loop; `fences`: the
+    code fences of the reply before `text`."""
     end = len(text)
     if end < 2 * _NEEDLE:
         return None
@@ -177,11 +186,11 @@ def _repetition_at_end(text: str, min_chars: int) -> Repetition | None:
     if previous < 0:
         return None  # the common case: the reply's last words are new
     period = needle_at - previous
-    found = _exact(text, period, min_chars)
-    return found if found is not None else _near(text, min_chars)
+    found = _exact(text, period, min_chars, fences)
+    return found if found is not None else _near(text, min_chars, fences)
 
 
-def _exact(text: str, period: int, min_chars: int) -> Repetition | None:
+def _exact(text: str, period: int, min_chars: int, fences: int) -> Repetition | None:
     """The unit of `period` characters back to back at the end of `text`, if it covers
     enough: how far back the tail equals the text one period before it."""
     end = len(text)
@@ -200,9 +209,11 @@ def _exact(text: str, period: int, min_chars: int) -> Repetition | None:
             holds = middle
         else:
             fails = middle
-    low = holds
-    covered = low + period
-    if covered < 3 * period or covered < _needed(text[end - period :], min_chars):
+    covered = holds + period
+    if covered < 3 * period:
+        return None
+    needed = _needed(text[end - period :], min_chars, _fenced(text, end - covered, fences))
+    if covered < needed:
         return None
     start = end - covered + period
     return Repetition(_boundary(text, start, period), period, covered // period)
@@ -214,17 +225,26 @@ def _periodic(text: str, period: int, length: int) -> bool:
     return text[end - length :] == text[end - length - period : end - period]
 
 
-def _near(text: str, min_chars: int) -> Repetition | None:
-    """The last `min_chars` of `text` made of a few sentences (or lines) only, in any
-    order, each many times: the tail a model stuck between a few phrasings ends in."""
-    if len(text) < min_chars:
+def _near(text: str, min_chars: int, fences: int) -> Repetition | None:
+    """The last `min_chars` of `text` (four times as many in a code block) made of a few
+    sentences only, in any order, each many times: the tail a model stuck between a few
+    phrasings ends in. Most of them must be sentences: bare labels and values are data."""
+    span = min_chars
+    if len(text) < span:
         return None
-    pieces = _PIECE.findall(text, max(0, len(text) - min_chars))[1:]  # the first may be cut
+    if _fenced(text, len(text) - span, fences):
+        span *= _SYMBOLS_FACTOR
+        if len(text) < span:
+            return None
+    pieces = _PIECE.findall(text, len(text) - span)[1:]  # the first may be cut
     if len(pieces) < _NEAR_OCCURRENCES:
         return None
     said = {piece.strip() for piece in pieces}
-    if len(said) > _VARIANTS or not any(_WORD.search(piece) for piece in said):
+    if len(said) > _VARIANTS:
         return None
+    sentences = sum(len(_WORDS.findall(piece)) >= _SENTENCE_WORDS for piece in pieces)
+    if 2 * sentences < len(pieces):
+        return None  # most are bare labels or values, not sentences
     # Where it began: back to the first of the sentences that are all among those few.
     found = [(match.start(), match.group().strip()) for match in _PIECE.finditer(text)]
     begin = len(found)
@@ -240,9 +260,16 @@ def _near(text: str, min_chars: int) -> Repetition | None:
     return None
 
 
-def _needed(unit: str, min_chars: int) -> int:
-    """The text a repetition of `unit` must cover: more for symbols only."""
-    return min_chars if _WORD.search(unit) else _SYMBOLS_FACTOR * min_chars
+def _needed(unit: str, min_chars: int, fenced: bool) -> int:
+    """The text a repetition of `unit` must cover: more for a unit without a letter
+    (symbols, digits: dividers, matrices, dumps), and more in a code block (logs, traces
+    and data are quoted there)."""
+    return min_chars if _LETTER.search(unit) and not fenced else _SYMBOLS_FACTOR * min_chars
+
+
+def _fenced(text: str, at: int, fences: int) -> bool:
+    """Whether position `at` of `text` is inside a code block (`fences` before `text`)."""
+    return (fences + text.count(_FENCE, 0, at)) % 2 == 1
 
 
 def _boundary(text: str, start: int, period: int) -> int:

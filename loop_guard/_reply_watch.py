@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, cast
@@ -20,6 +20,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import add_ai_message_chunks
 from langchain_core.messages.utils import message_chunk_to_message
 from langchain_core.tracers.context import register_configure_hook
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from typing_extensions import override
 
@@ -55,15 +56,22 @@ def repeats_in(message: AIMessage, min_chars: int) -> int | None:
 
 def cut_reply(message: AIMessage, repetition: Repetition) -> AIMessage:
     """`message` cut where its repetition began: the text it said before, one copy of the
-    repeated text and a note; its calls, id and metadata kept, marked as cut."""
-    kept = text_of(message.content)[: repetition.start].rstrip()
+    repeated text and a note; its calls, id and metadata kept, marked as cut. Content
+    blocks other than text (reasoning, thinking with its signature, tool use) stay as
+    they were: a provider may need them back."""
+    note = _messages.repeated_text_note(repetition.repeats)
+    content = message.content
+    if isinstance(content, str):
+        cut: str | list[str | dict[Any, Any]] = content[: repetition.start].rstrip() + note
+    else:
+        cut = _cut_blocks(content, repetition.start, note)
     metadata = {
         **message.response_metadata,
         "loop_guard": REPEATED_TEXT_MARK,
         REPEATS_KEY: repetition.repeats,
     }
     return AIMessage(
-        content=kept + _messages.repeated_text_note(repetition.repeats),
+        content=cut,
         id=message.id,
         name=message.name,
         tool_calls=message.tool_calls,
@@ -71,6 +79,36 @@ def cut_reply(message: AIMessage, repetition: Repetition) -> AIMessage:
         response_metadata=metadata,
         additional_kwargs=message.additional_kwargs,
     )
+
+
+def _cut_blocks(
+    blocks: list[str | dict[Any, Any]], start: int, note: str
+) -> list[str | dict[Any, Any]]:
+    """Content blocks with their text cut at `start` (counted as `text_of` counts) and the
+    note after it; every other block kept in its place."""
+    kept: list[str | dict[Any, Any]] = []
+    seen = 0  # characters of text before the block
+    cut = False
+    for block in blocks:
+        text = block if isinstance(block, str) else _block_text(block)
+        if text is None:
+            kept.append(block)  # reasoning, thinking, tool use: not text
+            continue
+        if cut:
+            continue  # the repetition
+        if seen + len(text) < start:
+            kept.append(block)
+            seen += len(text)
+            continue
+        shortened = text[: start - seen].rstrip() + note
+        kept.append(shortened if isinstance(block, str) else {**block, "text": shortened})
+        cut = True
+    return kept if cut else [*kept, {"type": "text", "text": note}]
+
+
+def _block_text(block: dict[Any, Any]) -> str | None:
+    text = block.get("text")
+    return text if block.get("type") == "text" and isinstance(text, str) else None
 
 
 class RepeatedTextCut(GraphBubbleUp):
@@ -139,17 +177,22 @@ class Cutter(BaseCallbackHandler):
     out of the model's generation (closing its stream). Attached to every chat model run
     within `cutting` by a configure hook, as LangChain attaches its tracers.
 
-    Once it has cut a reply, it refuses every other model run it sees (`cut`): middleware
-    between the guard and the model that takes the cut for a failure (a retry, a fallback,
-    in langchain releases that do not pass control flow through) gets no new generation.
+    It watches the runs of the agent's own model call, those whose prompt ends as
+    `prompt` does (the model request's messages, a system message maybe before them): a
+    model that other middleware calls on its own prompt (a tool selector, a summarizer, the
+    judge) is not the agent's reply. Once it has cut a reply, it refuses every other such
+    run (`cut`): middleware between the guard and the model that takes the cut for a
+    failure (a retry, a fallback, in langchain releases that do not pass control flow
+    through) gets no new generation.
     """
 
     raise_error = True
     run_inline = True  # in the generation's own loop, before its next chunk
 
-    def __init__(self, min_chars: int) -> None:
+    def __init__(self, min_chars: int, prompt: Sequence[BaseMessage] = ()) -> None:
         super().__init__()
         self.min_chars = min_chars
+        self.prompt = prompt
         self.cut: RepeatedTextCut | None = None
         """The cut made, once made."""
         # Per model run: its watch and the chunks it streamed (to rebuild a cut reply).
@@ -160,9 +203,25 @@ class Cutter(BaseCallbackHandler):
         self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]], *,
         run_id: UUID, **kwargs: Any,
     ) -> None:  # fmt: skip
+        if not messages or not self._replies_to(messages[0], kwargs.get("tags")):
+            return
         if self.cut is not None:
             raise self.cut
         self._runs[run_id] = (TextWatch(self.min_chars), [])
+
+    def _replies_to(self, prompt: list[BaseMessage], tags: object) -> bool:
+        """Whether a model run with this prompt is the agent's own model call."""
+        if isinstance(tags, list) and TAG_NOSTREAM in tags:
+            return False  # the guard's judge, and other runs kept out of the stream
+        expected = self.prompt
+        if not expected:
+            return True
+        last = expected[-1]
+        return (
+            len(prompt) - len(expected) in (0, 1)
+            and bool(prompt)
+            and (prompt[-1] is last or prompt[-1] == last)
+        )
 
     @override
     def on_llm_new_token(
@@ -209,11 +268,11 @@ logging.getLogger("langchain_core.callbacks.manager").addFilter(_CutIsNotAnError
 
 
 @contextmanager
-def cutting(min_chars: int) -> Iterator[Cutter]:
-    """Within this block, a chat model run whose streamed reply begins repeating itself
-    is cut (`RepeatedTextCut`; then `Cutter.cut`). A model that does not stream is not
-    watched: its finished reply is read whole (`repetition_in`)."""
-    cutter = Cutter(min_chars)
+def cutting(min_chars: int, prompt: Sequence[BaseMessage] = ()) -> Iterator[Cutter]:
+    """Within this block, a chat model run on `prompt` whose streamed reply begins
+    repeating itself is cut (`RepeatedTextCut`; then `Cutter.cut`). A model that does not
+    stream is not watched: its finished reply is read whole (`repetition_in`)."""
+    cutter = Cutter(min_chars, prompt)
     token = _cutter.set(cutter)
     try:
         yield cutter

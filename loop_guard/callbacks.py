@@ -11,6 +11,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import ParentCommand
 from langgraph.types import Command
 from typing_extensions import override
@@ -57,6 +58,13 @@ class _GraphStop(ParentCommand):
 
 
 _QUIET_STOPS = _StopIsNotAnError()
+
+
+def _kept_out(run: dict[str, Any]) -> bool:
+    """Whether a model run is kept out of the stream (`nostream`): not the agent's reply
+    (the middleware's judge, say), so not watched for repeated text."""
+    tags = run.get("tags")
+    return isinstance(tags, list) and TAG_NOSTREAM in tags
 
 
 def _ends_at_stop(prompt: list[BaseMessage]) -> bool:
@@ -173,7 +181,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         if stop is not None:
             self.end(run_id)  # no error callback follows for this model run
             self._refuse(key, task, messages[0], stop)
-        if key is not None and self._watches_text and messages:
+        if key is not None and self._watches_text and messages and not _kept_out(kwargs):
             self._replies.start(run_id)
             self._watched[run_id] = (task, messages[0])
 

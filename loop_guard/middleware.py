@@ -41,6 +41,7 @@ from typing_extensions import NotRequired, override
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._conversation import ConversationKey, thread_of
+from loop_guard._engine import JUDGED_STEPS
 from loop_guard._events import GuardEvent
 from loop_guard._faces import (
     ashared_run,
@@ -211,9 +212,16 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             msg = f"judge_every must be an integer >= 1, got {every!r}"
             raise ValueError(msg)
+        self.guard = LoopGuard(config, on_event=on_event, **overrides)
+        if judge is not None and self.guard.engine.memory < JUDGED_STEPS:
+            msg = (
+                f"judge needs the last {JUDGED_STEPS} steps of a request, which the guard "
+                f"keeps with detect_interleaved (repeat_window >= {JUDGED_STEPS}) or "
+                f"detect_cycles (max_cycle_period >= {JUDGED_STEPS}) on"
+            )
+            raise ValueError(msg)
         self.judge = _judge_model(judge)
         self.judge_every = judge_every
-        self.guard = LoopGuard(config, on_event=on_event, **overrides)
         attach_sinks(self.guard)
         self.exit_behavior = exit_behavior
         self._tools_learned: Sequence[object] = ()
@@ -280,7 +288,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             turn.judged(*_ask(self.judge, question))
         while (model_request := turn.next_request()) is not None:
             try:
-                with turn.watching() as cutter:
+                with turn.watching(model_request) as cutter:
                     response = handler(model_request)
                 if cutter is not None and cutter.cut is not None:
                     response = turn.cut_short(cutter.cut)  # a cut an inner middleware took
@@ -305,7 +313,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             turn.judged(*await _aask(self.judge, question))
         while (model_request := turn.next_request()) is not None:
             try:
-                with turn.watching() as cutter:
+                with turn.watching(model_request) as cutter:
                     response = await handler(model_request)
                 if cutter is not None and cutter.cut is not None:
                     response = turn.cut_short(cutter.cut)  # a cut an inner middleware took
@@ -781,7 +789,7 @@ class _Turn(Generic[ResponseT]):
         in part: the tool node answers the refused calls (`wrap_tool_call`).
         """
         if self.asking is not None:
-            self._take_final(response)
+            self._take_final(self._trimmed(response)[0])
             return
         response = self._without_repetition(response)
         self.response = response
@@ -845,41 +853,58 @@ class _Turn(Generic[ResponseT]):
             self.middleware.guard.report_fault(self.session.conversation, error)
         self.changed = True
 
-    def watching(self) -> AbstractContextManager[Cutter | None]:
+    def watching(self, request: ModelRequest[Any]) -> AbstractContextManager[Cutter | None]:
         """Around a model call: a streaming reply that begins repeating its own text is
         cut there (`RepeatedTextCut`, then `cut_short`). Middleware between the guard and
         the model may take the cut for a failure and answer otherwise (older langchain
         releases): the cut, kept by the `Cutter`, still wins."""
-        return cutting(self.text_chars) if self.watches_text else nullcontext()
+        if not self.watches_text:
+            return nullcontext()
+        return cutting(self.text_chars, request.messages)
 
     def cut_short(self, cut: RepeatedTextCut) -> ModelResponse[ResponseT]:
         """The model's reply as it was when its stream was cut."""
         self.cut = cut.repetition
         return ModelResponse(result=[cut.reply], structured_response=None)
 
+    def _trimmed(
+        self, response: ModelResponse[ResponseT]
+    ) -> tuple[ModelResponse[ResponseT], Repetition | None]:
+        """`response` with its reply cut where it began repeating its own text, and where
+        that was; as it is, and `None`, when it did not."""
+        repetition, self.cut = self.cut, None
+        if not self.watches_text or not response.result:
+            return response, None
+        reply = response.result[-1]
+        if not isinstance(reply, AIMessage) or reply.name == _messages.GUARD_NAME:
+            return response, None
+        try:
+            repetition = repetition or repetition_in(reply, self.text_chars)
+            if repetition is None:
+                return response, None  # the common case
+            result = [*response.result[:-1], cut_reply(reply, repetition)]
+        except Exception as error:  # a fault of the guard: the reply goes on as it is
+            self.middleware.guard.report_fault(self.session.conversation, error)
+            return response, None
+        cut = ModelResponse(result=result, structured_response=response.structured_response)
+        return cut, repetition
+
     def _without_repetition(self, response: ModelResponse[ResponseT]) -> ModelResponse[ResponseT]:
         """`response` with its reply cut where it began repeating its own text, if it
         did; the guard told (a steer, a block, or the stop, which ends the turn), and a
         cut reply that calls no tool asked again."""
-        repetition, self.cut = self.cut, None
-        if not self.watches_text or not response.result:
+        response, repetition = self._trimmed(response)
+        if repetition is None:
             return response
-        reply = response.result[-1]
-        if not isinstance(reply, AIMessage) or reply.name == _messages.GUARD_NAME:
-            return response
+        reply = cast("AIMessage", response.result[-1])
+        session = self.session
         try:
-            repetition = repetition or repetition_in(reply, self.text_chars)
-            if repetition is None:
-                return response  # the common case
-            reply = cut_reply(reply, repetition)
-            session = self.session
             session.repeated_text(
                 reply.id or uuid.uuid4().hex, repetition.repeats, tokens_of(reply)
             )
             session.publish()
-        except Exception as error:  # a fault of the guard: the reply goes on as it is
-            self.middleware.guard.report_fault(self.session.conversation, error)
-            return response
+        except Exception as error:  # a fault of the guard: the cut reply goes on
+            self.middleware.guard.report_fault(session.conversation, error)
         self.changed = True
         stop = session.stop
         if stop is not None:
@@ -888,8 +913,7 @@ class _Turn(Generic[ResponseT]):
                 self.asking, self.again = answer_request(stop), True
         elif not reply.tool_calls:
             self.again = self.calls_left > 0  # asked again, the steer before it
-        result = [*response.result[:-1], reply]
-        return ModelResponse(result=result, structured_response=response.structured_response)
+        return response
 
     def ended_by(self, error: Exception) -> bool:
         """Whether a failed model call ends the turn with what it has (then ended).

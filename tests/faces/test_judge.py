@@ -262,3 +262,56 @@ def test_judge_arguments_are_checked_at_once(options: dict[str, Any], error: str
 def test_a_judge_named_by_a_provider_not_installed_fails_at_once() -> None:
     with pytest.raises((ImportError, ValueError), match="provider"):
         LoopGuardMiddleware(judge="nonexistent_provider:small-model")
+
+
+def test_the_record_pairs_answers_by_position_within_the_request() -> None:
+    """A provider reusing one tool-call id: each call gets its own result, and calls of
+    earlier requests are left out."""
+    seen: list[list[BaseMessage]] = []
+
+    def judging(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        seen.append(list(messages))
+        return AIMessage('{"progress": true, "confidence": 1, "reason": "fine"}')
+
+    def reusing(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        if index == 0:
+            return tool_calls_message(("search", {"query": "earlier request"}))
+        if index == 1 or index >= 8:
+            return AIMessage("done")
+        reply = tool_calls_message(
+            ("search", {"query": f"q{index}"}), ("search", {"query": f"x{index}"})
+        )
+        calls = [{**call, "id": "call_0"} for call in reply.tool_calls]
+        return reply.model_copy(update={"tool_calls": calls})
+
+    @tool("search")
+    def numbered(query: str) -> str:
+        """Search."""
+        return "No results." if query.startswith("x") else f"found {len(query)} for {query}"
+
+    judge = ScriptedChatModel(script=judging)
+    agent = create_agent(
+        ScriptedChatModel(script=reusing),
+        [numbered],
+        middleware=[LoopGuardMiddleware(judge=judge, judge_every=6)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "ids"}}
+    agent.invoke(ask(), config)
+    agent.invoke({"messages": [HumanMessage("And now?")]}, config)
+    (question,) = seen
+    data = json.loads(question[1].text.split("```json\n", 1)[1].rsplit("\n```", 1)[0])
+    assert data["user_request"] == "And now?"
+    results = [(call["args"], call["result"]) for call in data["recent_tool_calls"]]
+    assert len(results) == 12
+    assert all(
+        result == ("No results." if query.startswith("x") else f"found 2 for {query}")
+        for query, result in ((json.loads(args)["query"], result) for args, result in results)
+    )
+
+
+def test_a_judge_needs_the_recent_steps_the_guard_keeps() -> None:
+    from loop_guard import LoopGuardConfig
+
+    with pytest.raises(ValueError, match="judge needs the last 6 steps"):
+        LoopGuardMiddleware(LoopGuardConfig.pi(), judge=judge_saying(NO_PROGRESS))

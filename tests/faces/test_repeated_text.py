@@ -13,7 +13,11 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import ModelFallbackMiddleware, ModelRetryMiddleware
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ModelFallbackMiddleware,
+    ModelRetryMiddleware,
+)
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable
 from langchain_core.tools import tool
@@ -366,3 +370,66 @@ def test_the_scan_reports_a_recorded_chanting_reply() -> None:
 
 def _tool_answer(call_id: str) -> ToolMessage:
     return ToolMessage("log b: 1 failed", tool_call_id=call_id, name="read_log")
+
+
+# What is not the agent's reply, and what a cut keeps.
+
+
+def test_a_model_other_middleware_calls_is_not_cut() -> None:
+    """A helper model called inside the guarded model call (a rewriter, a tool selector)
+    is not the agent's reply: its repetition is none of the guard's business."""
+    helper = ScriptedChatModel(
+        script=lambda messages, index: AIMessage("Rewrite: the user asks why. " * 200),
+        chunk_chars=8,
+    )
+
+    class Rewriter(AgentMiddleware):  # type: ignore[type-arg]
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            helper.invoke([HumanMessage("Rewrite the question.")])
+            return handler(request)
+
+    model, middleware, agent = guarded(
+        lambda messages, index: AIMessage(ANSWER), inner=[Rewriter()]
+    )
+    with capture_events(middleware.guard) as events:
+        messages, _ = run(agent, {}, "stream")
+    assert events == []
+    assert model.calls == 1
+    assert messages[-1].text == ANSWER
+
+
+def test_a_cut_keeps_reasoning_and_tool_use_blocks() -> None:
+    """Providers need a reply's thinking blocks back with its tool calls: only the text is
+    cut."""
+    thinking = {"type": "thinking", "thinking": "The log first.", "signature": "c2lnbmVk"}
+
+    def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        if index:
+            return AIMessage(ANSWER)
+        reply = tool_calls_message(("read_log", {"name": "build"}))
+        content = [thinking, {"type": "text", "text": CHANTING}, {"type": "text", "text": "!"}]
+        return reply.model_copy(update={"content": content})
+
+    _, _, agent = guarded(script)
+    messages, _ = run(agent, {}, "invoke")
+    (cut,) = cut_replies(messages)
+    assert isinstance(cut.content, list)
+    assert cut.content[0] == thinking
+    assert len(cut.content) == 2  # the text after the cut is the repetition's
+    assert cut.content[1]["text"].startswith(PREFIX + CHANT.strip())
+    assert "[loop_guard: cut here" in cut.content[1]["text"]
+    assert cut.tool_calls[0]["name"] == "read_log"
+
+
+@pytest.mark.parametrize("mode", ["invoke", "stream"])
+def test_a_final_answer_that_repeats_itself_is_cut_too(mode: Mode) -> None:
+    model, _, agent = guarded(
+        lambda messages, index: AIMessage(CHANTING), LoopGuardMiddleware(exit_behavior="answer")
+    )
+    messages, _ = run(agent, {}, mode)
+    last = messages[-1]
+    assert last.name == GUARD_NAME
+    assert last.text.startswith(PREFIX + CHANT.strip())
+    assert "[loop_guard: cut here" in last.text
+    assert len(last.text) < len(PREFIX) + 2 * len(CHANT) + 200
+    assert model.calls == 5

@@ -491,6 +491,36 @@ _HEX_DUMP = "".join(
     for offset in range(0, 1024, 16)
 )
 
+# Data a model is asked for: labels, test results, templates and traces that repeat a few values
+# or lines, short of a loop (data and code blocks get four times the room of prose).
+_LABELS = "\n".join(_pick(("positive", "negative", "neutral"), "label", n) for n in range(400))
+_JSONL_LABELS = "\n".join(
+    json.dumps({"label": _pick(("spam", "ham"), "jsonl", n)}) for n in range(300)
+)
+_TEST_RESULTS = "\n".join(
+    f"test_{_pick(_CHECKS, 'test', n)}_{n:03d} {_pick(('PASS', 'PASS', 'FAIL'), 'result', n)}"
+    for n in range(200)
+)
+_TILES = (
+    "#..~~..#..~~..#..~~..#..~~..#",
+    "#............................#",
+    "#~~~~~~~~~~~~~~~~~~~~~~~~~~~~#",
+)
+_TILEMAP = "```\n" + "\n".join(_pick(_TILES, "tile", n) for n in range(60)) + "\n```\n"
+_TRACE = (
+    'The build fails with a stack overflow:\n\n```\nException in thread "main" '
+    "java.lang.StackOverflowError\n"
+    + "\tat com.example.Parser.parseExpression(Parser.java:42)\n" * 60
+    + "```\n\nThe recursion in `parseExpression` never reaches its base case."
+)
+_WARNINGS = "```\n" + "WARN  retrying connection to db-primary:5432\n" * 50 + "```\n"
+_ZERO_ROWS = "x0,x1,x2,x3,x4,x5,x6,x7\n" + "0,0,0,0,0,0,0,0\n" * 100
+_ZERO_ARRAY = "```python\nweights = np.array([" + "0.0, " * 500 + "0.0])\n```\n"
+_DEFAULT_OBJECTS = "```json\n[\n" + '  {"id": null, "name": "", "tags": []},\n' * 60 + "]\n```\n"
+_ROWS_TEMPLATE = (
+    "```html\n<table>\n" + "  <tr><td></td><td></td><td></td></tr>\n" * 50 + "</table>\n```\n"
+)
+
 NOT_LOOPS: tuple[Text, ...] = (
     _ok("results_table", _TABLE),
     _ok("shared_prefix_list", _SHARED_PREFIX),
@@ -516,6 +546,17 @@ NOT_LOOPS: tuple[Text, ...] = (
     _ok("i_love_you", "As you asked: I love you. I love you. I love you. I love you. "),
     _ok("base64_blob", _BASE64),
     _ok("hex_dump", "```\n" + _HEX_DUMP + "```\n"),
+    _ok("labels", _LABELS),
+    _ok("jsonl_labels", _JSONL_LABELS),
+    _ok("test_results", _TEST_RESULTS),
+    _ok("checklist", "Done so far:\n" + "- [x] done\n" * 30),
+    _ok("tilemap", _TILEMAP),
+    _ok("java_trace", _TRACE),
+    _ok("warnings", _WARNINGS),
+    _ok("zero_rows", _ZERO_ROWS),
+    _ok("zero_array", _ZERO_ARRAY),
+    _ok("default_objects", _DEFAULT_OBJECTS),
+    _ok("rows_template", _ROWS_TEMPLATE),
     _ok(
         "zero_matrix",
         "```python\nmatrix = [\n" + "    [0, 0, 0, 0, 0, 0, 0, 0],\n" * 8 + "]\n```\n",
