@@ -2,8 +2,9 @@
 user would: in order, in one namespace that holds what a user already has (a chat model, tools,
 a node function, a checkpointer, inputs, `create_agent`).
 
-Only fences marked `python` run; snippets fenced `py` talk to a served agent or a database and
-are exempt (`tests/deploy/test_server.py` runs the served ones against `langgraph dev`).
+Only fences marked `python` run; snippets fenced `py` talk to a served agent, a database or a
+real model provider and are exempt (`tests/deploy/test_server.py` runs the served ones against
+`langgraph dev`).
 """
 
 from __future__ import annotations
