@@ -25,12 +25,14 @@ costs time linear in its length.
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 from typing import final
 
 _NEEDLE = 40  # characters whose recurrence marks a candidate repetition
 _MAX_PERIOD = 2000  # the longest repeated unit looked for, in characters
 _CHECK_EVERY = 64  # characters generated between two checks
+_RECENT = _NEEDLE + _MAX_PERIOD  # the tail a check looks at first: the needle, and before it
 _NEAR_OCCURRENCES = 10  # sentences that make a near-repetition, at least
 _VARIANTS = 4  # different sentences a near-repetition may have, at most
 _SYMBOLS_FACTOR = 4  # how much more text a unit of symbols only must cover
@@ -93,21 +95,27 @@ class TextWatch:
     __slots__ = (
         "_checked",
         "_fences",
+        "_kept",
         "_min_chars",
         "_pending",
         "_pending_chars",
-        "_tail",
+        "_pieces",
+        "_recent",
         "_window",
         "found",
     )
 
     def __init__(self, min_chars: int = DEFAULT_MIN_CHARS) -> None:
         self._min_chars = min_chars
-        # The tail kept: enough for the longest repetition to be recognised, and its unit.
+        # The tail kept: enough for the longest repetition to be recognised, and its unit,
+        # as the pieces checked (joined only when its end may repeat); and its last
+        # `_RECENT` characters, where a check looks first.
         self._window = _SYMBOLS_FACTOR * min_chars + 2 * _MAX_PERIOD
-        self._tail = ""
-        self._checked = 0  # characters of the reply before `_tail` ends, once joined
-        self._fences = 0  # code fences in those characters
+        self._pieces: deque[str] = deque()
+        self._kept = 0  # characters in `_pieces`
+        self._recent = ""
+        self._checked = 0  # characters of the reply checked
+        self._fences = 0  # code fences in them
         self._pending: list[str] = []  # chunks since the last check
         self._pending_chars = 0
         self.found: Repetition | None = None
@@ -122,14 +130,18 @@ class TextWatch:
         """Add the next chunk of the reply; the repetition, once there is one."""
         if self.found is not None or not chunk:
             return self.found
-        # A long chunk is read in pieces: checks come every `_CHECK_EVERY` characters,
-        # however the reply was chunked.
-        for start in range(0, len(chunk), _CHECK_EVERY):
-            piece = chunk[start : start + _CHECK_EVERY] if len(chunk) > _CHECK_EVERY else chunk
-            self._pending.append(piece)
-            self._pending_chars += len(piece)
-            if self._pending_chars >= _CHECK_EVERY and self._check() is not None:
-                break
+        size = len(chunk)
+        if size > _CHECK_EVERY:
+            # A long chunk is read in pieces: checks come every `_CHECK_EVERY` characters,
+            # however the reply was chunked.
+            for start in range(0, size, _CHECK_EVERY):
+                if self.feed(chunk[start : start + _CHECK_EVERY]) is not None:
+                    break
+            return self.found
+        self._pending.append(chunk)
+        self._pending_chars += size
+        if self._pending_chars >= _CHECK_EVERY:
+            self._check()
         return self.found
 
     def finish(self) -> Repetition | None:
@@ -140,16 +152,23 @@ class TextWatch:
 
     def _check(self) -> Repetition | None:
         new = "".join(self._pending)
+        recent = self._recent
         # The last two characters before may begin a fence; alone they hold none.
-        self._fences += (self._tail[-2:] + new).count(_FENCE)
-        tail = self._tail + new
+        self._fences += (recent[-2:] + new).count(_FENCE)
         self._checked += self._pending_chars
         self._pending.clear()
         self._pending_chars = 0
-        if len(tail) > self._window:
-            tail = tail[-self._window :]
-        self._tail = tail
-        found = _repetition_at_end(tail, self._min_chars, self._fences - tail.count(_FENCE))
+        pieces = self._pieces
+        pieces.append(new)
+        self._kept += len(new)
+        while self._kept - len(pieces[0]) >= self._window:
+            self._kept -= len(pieces.popleft())
+        recent = self._recent = (recent + new)[-_RECENT:]
+        # The common case, on the recent text alone: its last words are new.
+        if len(recent) < 2 * _NEEDLE or recent.rfind(recent[-_NEEDLE:], 0, -1) < 0:
+            return None
+        tail = "".join(pieces)
+        found = _repetition_at_end(tail, self._min_chars, self._fences)
         if found is not None:
             offset = self._checked - len(tail)  # where the tail begins in the reply
             self.found = Repetition(found.start + offset, found.period, found.repeats)
@@ -175,7 +194,7 @@ def find_repetition(text: str, min_chars: int = DEFAULT_MIN_CHARS) -> Repetition
 
 def _repetition_at_end(text: str, min_chars: int, fences: int) -> Repetition | None:
     """The repetition `text` ends in, if it is long enough to be a loop; `fences`: the
-    code fences of the reply before `text`."""
+    code fences of the reply up to the end of `text`."""
     end = len(text)
     if end < 2 * _NEEDLE:
         return None
@@ -186,6 +205,7 @@ def _repetition_at_end(text: str, min_chars: int, fences: int) -> Repetition | N
     if previous < 0:
         return None  # the common case: the reply's last words are new
     period = needle_at - previous
+    fences -= text.count(_FENCE)  # those before `text`: counted only for a candidate
     found = _exact(text, period, min_chars, fences)
     return found if found is not None else _near(text, min_chars, fences)
 

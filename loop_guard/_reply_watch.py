@@ -195,8 +195,13 @@ class Cutter(BaseCallbackHandler):
         self.prompt = prompt
         self.cut: RepeatedTextCut | None = None
         """The cut made, once made."""
-        # Per model run: its watch and the chunks it streamed (to rebuild a cut reply).
-        self._runs: dict[UUID, tuple[TextWatch, list[AIMessageChunk]]] = {}
+        self.read: set[str] = set()
+        """The ids of the replies read to their end and found clean: not read again."""
+        # Per model run: its watch and the chunks it streamed (to rebuild a cut reply);
+        # the last one looked up, by identity (a run's tokens come with one `UUID` object,
+        # and hashing one costs more than the rest of a token's work).
+        self._runs: dict[UUID, tuple[TextWatch, list[Any]]] = {}
+        self._last: tuple[UUID | None, tuple[TextWatch, list[Any]] | None] = (None, None)
 
     @override
     def on_chat_model_start(
@@ -225,29 +230,72 @@ class Cutter(BaseCallbackHandler):
 
     @override
     def on_llm_new_token(
-        self, token: Any, *, run_id: UUID, chunk: Any = None, **kwargs: Any
+        self,
+        token: Any,
+        *,
+        chunk: Any = None,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
     ) -> None:
-        run = self._runs.get(run_id)
+        # Called for every token: the arguments LangChain passes are named (no dict of
+        # them is built), and the chunk is kept as it is (reading it costs a pydantic check).
+        last, run = self._last
+        if last is not run_id:
+            run = self._runs.get(run_id)
+            self._last = (run_id, run)
         if run is None:
             return
         watch, chunks = run
-        message = getattr(chunk, "message", None)
-        if isinstance(message, AIMessageChunk):
-            chunks.append(message)
+        chunks.append(chunk)
         found = watch.feed(token if isinstance(token, str) else text_of(token))
-        if found is not None and chunks:
-            del self._runs[run_id]
-            reply = message_chunk_to_message(add_ai_message_chunks(chunks[0], *chunks[1:]))
-            self.cut = RepeatedTextCut(cast("AIMessage", reply), found, len(chunks))
+        if found is not None:
+            self._forget(run_id)
+            self.cut = _cut(chunks, found)
             raise self.cut
 
     @override
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._runs.pop(run_id, None)
+        """A watched reply streamed to its end: its last characters are checked too (a
+        repetition found there cuts it all the same); clean, it is not read again."""
+        run = self._runs.get(run_id)
+        self._forget(run_id)
+        if run is None or not run[1]:
+            return  # not watched, or not streamed: the finished reply is read whole
+        watch, chunks = run
+        found = watch.finish()
+        if found is not None:
+            self.cut = _cut(chunks, found)
+            return
+        # The reply keeps the id its chunks carry (a provider's, else the run's): read
+        # off the first and the last, not merged from every chunk.
+        for end in (chunks[0], chunks[-1]):
+            reply_id = getattr(getattr(end, "message", None), "id", None)
+            if isinstance(reply_id, str):
+                self.read.add(reply_id)
 
     @override
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._forget(run_id)
+
+    def _forget(self, run_id: UUID) -> None:
         self._runs.pop(run_id, None)
+        self._last = (None, None)
+
+
+def _reply(chunks: list[Any]) -> AIMessage | None:
+    """The reply streamed as `chunks` (`ChatGenerationChunk`s), whole."""
+    messages = [m for c in chunks if isinstance(m := getattr(c, "message", None), AIMessageChunk)]
+    if not messages:
+        return None
+    reply = message_chunk_to_message(add_ai_message_chunks(messages[0], *messages[1:]))
+    return cast("AIMessage", reply)
+
+
+def _cut(chunks: list[Any], found: Repetition) -> RepeatedTextCut:
+    """The cut of a reply streamed as `chunks`, which began repeating itself at `found`."""
+    return RepeatedTextCut(_reply(chunks) or AIMessage(""), found, len(chunks))
 
 
 _cutter: ContextVar[Cutter | None] = ContextVar("loop_guard_cutter", default=None)

@@ -290,8 +290,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             try:
                 with turn.watching(model_request) as cutter:
                     response = handler(model_request)
-                if cutter is not None and cutter.cut is not None:
-                    response = turn.cut_short(cutter.cut)  # a cut an inner middleware took
+                response = turn.watched(response, cutter)
             except RepeatedTextCut as cut:
                 response = turn.cut_short(cut)
             except Exception as error:
@@ -315,8 +314,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             try:
                 with turn.watching(model_request) as cutter:
                     response = await handler(model_request)
-                if cutter is not None and cutter.cut is not None:
-                    response = turn.cut_short(cutter.cut)  # a cut an inner middleware took
+                response = turn.watched(response, cutter)
             except RepeatedTextCut as cut:
                 response = turn.cut_short(cut)
             except Exception as error:
@@ -757,8 +755,10 @@ class _Turn(Generic[ResponseT]):
         # is asked for its final answer.
         self.asking: HumanMessage | None = None
         self.answered = False  # the model's final answer ends the turn
-        # The repetition a streaming reply was cut at (`cut_short`), for `take`.
+        # The repetition a streaming reply was cut at (`cut_short`), for `take`; the ids of
+        # the replies whose stream was read to its end and found clean.
         self.cut: Repetition | None = None
+        self.read: set[str] = set()
         config = middleware.guard.config
         self.text_chars = config.repeated_text_chars
         self.watches_text = config.enabled and config.detect_repeated_text
@@ -867,6 +867,19 @@ class _Turn(Generic[ResponseT]):
         self.cut = cut.repetition
         return ModelResponse(result=[cut.reply], structured_response=None)
 
+    def watched(
+        self, response: ModelResponse[ResponseT], cutter: Cutter | None
+    ) -> ModelResponse[ResponseT]:
+        """The model call's response, as the cutter saw its stream: cut where its reply
+        began repeating itself (found at its end, or a cut that middleware between the
+        guard and the model took for a failure), or known clean (not read again)."""
+        if cutter is None:
+            return response
+        if cutter.cut is not None:
+            return self.cut_short(cutter.cut)
+        self.read = cutter.read
+        return response
+
     def _trimmed(
         self, response: ModelResponse[ResponseT]
     ) -> tuple[ModelResponse[ResponseT], Repetition | None]:
@@ -878,6 +891,8 @@ class _Turn(Generic[ResponseT]):
         reply = response.result[-1]
         if not isinstance(reply, AIMessage) or reply.name == _messages.GUARD_NAME:
             return response, None
+        if repetition is None and reply.id in self.read:
+            return response, None  # its stream was read to its end
         try:
             repetition = repetition or repetition_in(reply, self.text_chars)
             if repetition is None:
