@@ -219,25 +219,23 @@ def test_when_it_was_judged_is_kept_with_the_thread() -> None:
     saver = InMemorySaver()
     config = {"configurable": {"thread_id": "judged"}}
 
-    first_judge = judge_saying('{"progress": true, "confidence": 1, "reason": "fine"}')
-    first = create_agent(
-        calls_then_answers("search", "query", 100),
-        [search],
-        middleware=[LoopGuardMiddleware(judge=first_judge, judge_every=6)],
-        checkpointer=saver,
-        interrupt_before=["tools"],
-    )
-    for _ in range(8):  # eight steps: judged at the 6th
-        first.invoke(ask() if _ == 0 else None, config)
+    def worker() -> tuple[ScriptedChatModel, Any]:
+        """A worker's agent on the shared checkpointer, pausing before every tool call."""
+        judge = judge_saying('{"progress": true, "confidence": 1, "reason": "fine"}')
+        agent = create_agent(
+            calls_then_answers("search", "query", 100),
+            [search],
+            middleware=[LoopGuardMiddleware(judge=judge, judge_every=6)],
+            checkpointer=saver,
+            interrupt_before=["tools"],
+        )
+        return judge, agent
+
+    first_judge, first = worker()
+    for step in range(8):  # eight steps: judged at the 6th
+        first.invoke(ask() if step == 0 else None, config)
     assert first_judge.calls == 1
-    second_judge = judge_saying('{"progress": true, "confidence": 1, "reason": "fine"}')
-    second = create_agent(
-        calls_then_answers("search", "query", 100),
-        [search],
-        middleware=[LoopGuardMiddleware(judge=second_judge, judge_every=6)],
-        checkpointer=saver,
-        interrupt_before=["tools"],
-    )
+    second_judge, second = worker()
     for _ in range(3):
         second.invoke(None, config)
     assert second_judge.calls == 0  # 6 + 6 steps not reached yet
