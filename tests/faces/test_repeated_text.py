@@ -329,6 +329,19 @@ def test_the_handler_counts_a_streamed_chanting_reply() -> None:
     assert model.chunks == len(CHANTING) // CHUNK + 1
 
 
+@pytest.mark.parametrize("mode", ["stream", "invoke"])
+@pytest.mark.parametrize("text", LOOPS + NOT_LOOPS, ids=lambda text: text.name)
+def test_the_handler_reads_the_catalogue_as_the_middleware_does(text: Text, mode: Mode) -> None:
+    guard = LoopGuard()
+    model = ScriptedChatModel(script=lambda messages, index: AIMessage(text.text), chunk_chars=16)
+    agent = create_agent(model, guard_tools([read_log], guard))
+    with capture_events(guard) as events:
+        run(agent, {"callbacks": [LoopGuardCallbackHandler(guard)]}, mode)
+    assert [(e.kind, e.reason) for e in events] == (
+        [("warn", "repeated_text")] if text.loop else []
+    )
+
+
 @pytest.mark.parametrize(
     "mode", ["stream", pytest.param("astream", marks=needs_async_context), "invoke"]
 )
