@@ -522,13 +522,19 @@ def text_of(content: Any) -> str:
         return ""
     parts = []
     for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
-            text = block.get("text")
-            if isinstance(text, str):
-                parts.append(text)
+        text = block if isinstance(block, str) else block_text(block)
+        if text is not None:
+            parts.append(text)
     return "".join(parts)
+
+
+def block_text(block: object) -> str | None:
+    """The text of a content block that is text (`{"type": "text", "text": ...}`), else
+    `None` (reasoning, thinking, tool use, images)."""
+    if not isinstance(block, dict) or block.get("type") != "text":
+        return None
+    text = block.get("text")
+    return text if isinstance(text, str) else None
 
 
 def messages_of(state: Any, key: str = "messages") -> Sequence[BaseMessage]:

@@ -25,7 +25,7 @@ from langgraph.errors import GraphBubbleUp
 from typing_extensions import override
 
 from loop_guard import _messages
-from loop_guard._langchain import text_of
+from loop_guard._langchain import block_text, text_of
 from loop_guard._messages import GUARD_NAME
 from loop_guard._repeated_text import Repetition, TextWatch, find_repetition
 
@@ -90,7 +90,7 @@ def _cut_blocks(
     seen = 0  # characters of text before the block
     cut = False
     for block in blocks:
-        text = block if isinstance(block, str) else _block_text(block)
+        text = block if isinstance(block, str) else block_text(block)
         if text is None:
             kept.append(block)  # reasoning, thinking, tool use: not text
             continue
@@ -106,9 +106,10 @@ def _cut_blocks(
     return kept if cut else [*kept, {"type": "text", "text": note}]
 
 
-def _block_text(block: dict[Any, Any]) -> str | None:
-    text = block.get("text")
-    return text if block.get("type") == "text" and isinstance(text, str) else None
+def kept_out(tags: object) -> bool:
+    """Whether a model run with these tags is kept out of the stream (`nostream`): not
+    the agent's reply (the middleware's judge, say), so not watched for repeated text."""
+    return isinstance(tags, list) and TAG_NOSTREAM in tags
 
 
 class RepeatedTextCut(GraphBubbleUp):
@@ -119,14 +120,12 @@ class RepeatedTextCut(GraphBubbleUp):
     Attributes:
         reply: The reply generated until then (its chunks merged).
         repetition: Where it began repeating itself.
-        chunks: How many chunks the model had streamed when it was cut.
     """
 
-    def __init__(self, reply: AIMessage, repetition: Repetition, chunks: int) -> None:
+    def __init__(self, reply: AIMessage, repetition: Repetition) -> None:
         super().__init__("the reply began repeating itself")
         self.reply = reply
         self.repetition = repetition
-        self.chunks = chunks
 
 
 class ReplyWatches:
@@ -216,8 +215,8 @@ class Cutter(BaseCallbackHandler):
 
     def _replies_to(self, prompt: list[BaseMessage], tags: object) -> bool:
         """Whether a model run with this prompt is the agent's own model call."""
-        if isinstance(tags, list) and TAG_NOSTREAM in tags:
-            return False  # the guard's judge, and other runs kept out of the stream
+        if kept_out(tags):
+            return False
         expected = self.prompt
         if not expected:
             return True
@@ -295,7 +294,7 @@ def _reply(chunks: list[Any]) -> AIMessage | None:
 
 def _cut(chunks: list[Any], found: Repetition) -> RepeatedTextCut:
     """The cut of a reply streamed as `chunks`, which began repeating itself at `found`."""
-    return RepeatedTextCut(_reply(chunks) or AIMessage(""), found, len(chunks))
+    return RepeatedTextCut(_reply(chunks) or AIMessage(""), found)
 
 
 _cutter: ContextVar[Cutter | None] = ContextVar("loop_guard_cutter", default=None)

@@ -11,7 +11,6 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
-from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import ParentCommand
 from langgraph.types import Command
 from typing_extensions import override
@@ -29,7 +28,7 @@ from loop_guard._langchain import (
     tokens_of,
 )
 from loop_guard._messages import GUARD_NAME
-from loop_guard._reply_watch import ReplyWatches
+from loop_guard._reply_watch import ReplyWatches, kept_out
 from loop_guard._values import Call, LoopGuardAbort, Result, Stop
 
 
@@ -58,13 +57,6 @@ class _GraphStop(ParentCommand):
 
 
 _QUIET_STOPS = _StopIsNotAnError()
-
-
-def _kept_out(run: dict[str, Any]) -> bool:
-    """Whether a model run is kept out of the stream (`nostream`): not the agent's reply
-    (the middleware's judge, say), so not watched for repeated text."""
-    tags = run.get("tags")
-    return isinstance(tags, list) and TAG_NOSTREAM in tags
 
 
 def _ends_at_stop(prompt: list[BaseMessage]) -> bool:
@@ -181,7 +173,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         if stop is not None:
             self.end(run_id)  # no error callback follows for this model run
             self._refuse(key, task, messages[0], stop)
-        if key is not None and self._watches_text and messages and not _kept_out(kwargs):
+        if key is not None and self._watches_text and messages and not kept_out(kwargs.get("tags")):
             self._replies.start(run_id)
             self._watched[run_id] = (task, messages[0])
 
