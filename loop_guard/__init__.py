@@ -20,7 +20,7 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from loop_guard._config import LoopGuardConfig, Normalizer, ToolPolicy
+from loop_guard._config import LoopGuardConfig, LoopGuardConfigWarning, Normalizer, ToolPolicy
 from loop_guard._events import GuardEvent, GuardStats
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._messages import GUARD_NAME, JUDGE, REPLY
@@ -82,6 +82,7 @@ __all__ = [
     "LoopGuardAbort",
     "LoopGuardCallbackHandler",
     "LoopGuardConfig",
+    "LoopGuardConfigWarning",
     "LoopGuardMiddleware",
     "LoopGuardNode",
     "LoopGuardState",

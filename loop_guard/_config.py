@@ -8,6 +8,8 @@ import json
 import logging
 import os
 import re
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -22,6 +24,27 @@ ENV_PREFIX = "LOOP_GUARD_"
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
+
+
+class LoopGuardConfigWarning(UserWarning):
+    """A `LOOP_GUARD_*` variable the guard could not use as given, and what it uses instead.
+
+    A bad value never switches the guard off: the setting falls back to its default, and this
+    warning says so once per process, visible with no logging set up and pointing at the line
+    that built the guard; a `loop_guard` log record says it too. Make it an error where a typo
+    must fail a deployment: `warnings.simplefilter("error", LoopGuardConfigWarning)`.
+
+    Examples:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     config = LoopGuardConfig.from_env({"LOOP_GUARD_WARN_THRESHOLD": "three"})
+        >>> config.enabled, config.warn_threshold
+        (True, 3)
+        >>> print(caught[0].message)
+        LOOP_GUARD_WARN_THRESHOLD='three' is not an integer >= 1; using the default warn_threshold=3
+    """
+
 
 Normalizer = Callable[[str], str]
 """Rewrites a result's text before it is fingerprinted (see `ToolPolicy.normalizer`)."""
@@ -343,9 +366,11 @@ class LoopGuardConfig:
 
         See How the guard decides: configuration.
 
-        An invalid value does not raise: like the Pi extension, the guard disables
-        itself and logs one error naming the variable and the value, so the agent keeps
-        running unguarded.
+        An invalid value does not raise and never switches the guard off (the Pi extension
+        disables itself; a typo must not remove the cap): the setting keeps its default, and
+        `warn >= block` the default pair, said by a `LoopGuardConfigWarning` naming the
+        variable, the value and what is used instead. Only `LOOP_GUARD_ENABLED=false` turns
+        the guard off.
 
         Examples:
             >>> env = {"LOOP_GUARD_BLOCK_THRESHOLD": "8", "LOOP_GUARD_IGNORE_TOOLS": "todo, bash"}
@@ -513,28 +538,39 @@ def _read_env(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str
     return values, errors
 
 
-_warned_misspelt: set[str] = set()  # once per name per process: guards are built often
+_said: set[str] = set()  # guards are built often: each text is said once per process
+
+
+def _say(text: str) -> None:
+    """Tell a user, once per process, about an environment variable the guard did not take as
+    given: a warning that shows with no logging set up, pointing at the first line outside
+    this package (where the guard was built), and a log record for those who collect them."""
+    if text in _said:
+        return
+    _said.add(text)
+    frame, depth = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(__package__):
+        frame, depth = frame.f_back, depth + 1
+    warnings.warn(text, LoopGuardConfigWarning, stacklevel=depth + 1)
+    logger.warning(text)
 
 
 def _warn_misspelt(environ: Mapping[str, str], names: Iterable[str]) -> None:
-    """Log a warning for a `LOOP_GUARD_*` variable that is not a setting but close to one
+    """Say so when a `LOOP_GUARD_*` variable is not a setting but close to one
     (`LOOP_GUARD_WARN_TRESHOLD`): it would otherwise be ignored without a word. Variables
     like no setting at all (a project's own `LOOP_GUARD_...`) are left alone."""
     settings = [name.upper() for name in names]
     for variable in environ:
-        if not variable.startswith(ENV_PREFIX) or variable in _warned_misspelt:
+        if not variable.startswith(ENV_PREFIX):
             continue
         given = variable[len(ENV_PREFIX) :]
         if given in settings:
             continue
         close = difflib.get_close_matches(given, settings, n=1)
         if close:
-            _warned_misspelt.add(variable)
-            logger.warning(
-                "%s is not a loop guard setting and is ignored; did you mean %s%s?",
-                variable,
-                ENV_PREFIX,
-                close[0],
+            _say(
+                f"{variable} is not a loop guard setting and is ignored; "
+                f"did you mean {ENV_PREFIX}{close[0]}?"
             )
 
 
@@ -648,8 +684,10 @@ def layered_config(
     variables, over the defaults.
 
     A mistake in `overrides` or `base` raises `ValueError`. A bad variable that they do not
-    replace disables the guard and logs one error, so the agent keeps running; with `strict`
-    it raises `ValueError` instead (a scan by a disabled guard would find nothing).
+    replace falls back to its setting's default, and variables that clash (`warn >= block`)
+    to the default pair, said by a `LoopGuardConfigWarning`; the guard is never switched off
+    by a mistake. With `strict` a bad variable raises `ValueError` instead (a scan must not
+    read with settings it was not given).
 
     Examples:
         >>> env = {"LOOP_GUARD_WARN_THRESHOLD": "2", "LOOP_GUARD_DETECT_CYCLES": "yes"}
@@ -663,23 +701,51 @@ def layered_config(
         changed = {n: getattr(base, n) for n in names if getattr(base, n) != getattr(defaults, n)}
         overrides = {**changed, **overrides}
     env_values, env_errors = _read_env(environ)
-    # An override replaces a bad variable; any bad variable left disables the guard, or raises.
-    unresolved = "; ".join(text for name, text in env_errors.items() if name not in overrides)
+    # An override replaces a variable, good or bad; a bad one left keeps its default.
+    env_values = {name: value for name, value in env_values.items() if name not in overrides}
+    unresolved = [text for name, text in env_errors.items() if name not in overrides]
     if unresolved and strict:
-        raise ValueError(unresolved)
-    if unresolved:
-        logger.error("loop guard disabled: %s", unresolved)
-        return LoopGuardConfig(enabled=False)
+        raise ValueError("; ".join(unresolved))
+    for name, text in env_errors.items():
+        if name not in overrides:
+            _say(f"{text}; using the default {name}={_shown(getattr(defaults, name))}")
     try:
         return defaults.replace(**{**env_values, **overrides})
     except ValueError as error:
         defaults.replace(**overrides)  # wrong on their own: raise that alone
-        variables = ", ".join(f"{ENV_PREFIX}{name.upper()}={value!r}" for name, value in
-                              env_values.items() if name not in overrides)  # fmt: skip
         if strict:
-            raise ValueError(f"{error} (with {variables})") from error
-        logger.error("loop guard disabled by the environment (%s): %s", variables, error)
-        return LoopGuardConfig(enabled=False)
+            raise ValueError(f"{error} (with {_variables(env_values, environ)})") from error
+        # The variables clash with each other or with the arguments: the usual suspects
+        # (the threshold pair, then the per-tool policies) fall back first, then every one.
+        for dropped in (_THRESHOLD_PAIR, {"tools"}, _THRESHOLD_PAIR | {"tools"}, set(env_values)):
+            kept = {n: v for n, v in env_values.items() if n not in dropped}
+            try:
+                config = defaults.replace(**{**kept, **overrides})
+            except ValueError:
+                continue
+            gone = [name for name in env_values if name not in kept]
+            used = ", ".join(f"{name}={_shown(getattr(config, name))}" for name in gone)
+            _say(f"{_variables(gone, environ)}: {error}; using {used}")
+            return config
+        raise  # unreachable: `overrides` alone were just accepted
+
+
+def _variables(names: Iterable[str], environ: Mapping[str, str]) -> str:
+    """The variables behind some settings, as they were set."""
+    spelt = (ENV_PREFIX + name.upper() for name in names)
+    return ", ".join(f"{variable}={environ[variable]!r}" for variable in spelt)
+
+
+_THRESHOLD_PAIR = frozenset({"warn_threshold", "block_threshold"})
+
+
+def _shown(value: object) -> str:
+    """A setting's value as a message shows it (no `mappingproxy(...)` or `frozenset(...)`)."""
+    if isinstance(value, Mapping):
+        return repr(dict(value))
+    if isinstance(value, frozenset):
+        return repr(sorted(value))
+    return repr(value)
 
 
 def _check_names(overrides: Mapping[str, Any]) -> None:

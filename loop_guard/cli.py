@@ -222,8 +222,9 @@ def _setting_help() -> dict[str, str]:
 def _scan_config(args: argparse.Namespace, environ: Mapping[str, str]) -> LoopGuardConfig:
     """Flags, over `--pi`, over the LOOP_GUARD_* variables, over the defaults.
 
-    Unlike a guard, which disables itself on a bad variable and lets the agent run, the
-    scan refuses: a disabled guard would report every conversation as clean.
+    Unlike a guard, which keeps a setting's default on a bad variable (and warns) so the agent
+    stays guarded, the scan refuses: it must not report with settings it was not given, and a
+    disabled guard would report every conversation as clean.
     """
     flags: dict[str, Any] = {}
     for field in dataclasses.fields(LoopGuardConfig):

@@ -6,10 +6,11 @@ See How the guard decides: configuration.
 from __future__ import annotations
 
 import logging
+import warnings
 
 import pytest
 
-from loop_guard import LoopGuard, LoopGuardConfig, _config
+from loop_guard import LoopGuard, LoopGuardConfig, LoopGuardConfigWarning, _config
 
 
 def test_defaults_match_the_pi_extension() -> None:
@@ -71,27 +72,98 @@ def test_booleans_accept_every_documented_spelling(raw: str, expected: bool) -> 
         ("LOOP_GUARD_BLOCK_THRESHOLD", "٣"),  # a non-ASCII digit
     ],
 )
-def test_an_invalid_variable_disables_the_guard_with_one_error(
-    variable: str, raw: str, caplog: pytest.LogCaptureFixture
+def test_an_invalid_variable_falls_back_to_its_default_and_says_so_once(
+    variable: str, raw: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Bad environment values never raise: the guard disables itself and says why once."""
-    with caplog.at_level(logging.ERROR, logger="loop_guard"):
-        config = LoopGuardConfig.from_env({variable: raw})
-    assert not config.enabled
-    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 1
-    assert variable in errors[0].getMessage()
-    assert repr(raw) in errors[0].getMessage()
+    """A bad environment value never raises and never switches the guard off: the setting
+    keeps its default, and one warning (and one log record) per process names the variable,
+    the value and what is used instead, however many guards are built."""
+    monkeypatch.setattr(_config, "_said", set())
+    name = variable.removeprefix("LOOP_GUARD_").lower()
+    with pytest.raises(ValueError, match="is not") as reason:
+        _config.parse_setting(name, raw)
+    with (
+        caplog.at_level(logging.WARNING, logger="loop_guard"),
+        warnings.catch_warnings(record=True) as caught,
+    ):
+        warnings.simplefilter("always")
+        configs = [LoopGuardConfig.from_env({variable: raw}) for _ in range(3)]
+    assert configs[0] == LoopGuardConfig()
+    assert configs[0].enabled
+    said = [str(w.message) for w in caught if w.category is LoopGuardConfigWarning]
+    assert said == [
+        f"{variable}={raw!r} {reason.value}; "
+        f"using the default {name}={getattr(LoopGuardConfig(), name)!r}"
+    ]
+    assert [r.getMessage() for r in caplog.records] == said
 
 
-def test_warn_not_below_block_in_the_environment_disables(caplog: pytest.LogCaptureFixture) -> None:
-    """warn >= block from the environment disables the guard instead of raising."""
-    with caplog.at_level(logging.ERROR, logger="loop_guard"):
+@pytest.mark.parametrize(
+    ("env", "pair", "said"),
+    [
+        (
+            {"LOOP_GUARD_WARN_THRESHOLD": "5", "LOOP_GUARD_BLOCK_THRESHOLD": "5"},
+            (3, 5),
+            "LOOP_GUARD_WARN_THRESHOLD='5', LOOP_GUARD_BLOCK_THRESHOLD='5': warn_threshold (5) "
+            "must be less than block_threshold (5); using warn_threshold=3, block_threshold=5",
+        ),
+        (
+            {"LOOP_GUARD_BLOCK_THRESHOLD": "2"},
+            (3, 5),
+            "LOOP_GUARD_BLOCK_THRESHOLD='2': warn_threshold (3) must be less than "
+            "block_threshold (2); using block_threshold=5",
+        ),
+        (
+            {"LOOP_GUARD_WARN_THRESHOLD": "9", "LOOP_GUARD_DETECT_CYCLES": "no"},
+            (3, 5),
+            "LOOP_GUARD_WARN_THRESHOLD='9': warn_threshold (9) must be less than "
+            "block_threshold (5); using warn_threshold=3",
+        ),
+    ],
+)
+def test_warn_not_below_block_in_the_environment_falls_back_to_the_default_pair(
+    env: dict[str, str], pair: tuple[int, int], said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """warn >= block from the environment keeps the default pair (and every other variable),
+    and says so."""
+    monkeypatch.setattr(_config, "_said", set())
+    with pytest.warns(LoopGuardConfigWarning) as caught:
+        config = LoopGuardConfig.from_env(env)
+    assert config.enabled
+    assert (config.warn_threshold, config.block_threshold) == pair
+    assert config.detect_cycles is (env.get("LOOP_GUARD_DETECT_CYCLES") != "no")
+    assert [str(w.message) for w in caught] == [said]
+
+
+def test_a_tool_policy_that_clashes_in_the_environment_is_dropped_and_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_config, "_said", set())
+    raw = '{"poll": {"warn_threshold": 9}}'
+    with pytest.warns(LoopGuardConfigWarning, match=r"^LOOP_GUARD_TOOLS=.*using tools={}$"):
         config = LoopGuardConfig.from_env(
-            {"LOOP_GUARD_WARN_THRESHOLD": "5", "LOOP_GUARD_BLOCK_THRESHOLD": "5"}
+            {"LOOP_GUARD_TOOLS": raw, "LOOP_GUARD_ABORT_THRESHOLD": "4"}
         )
-    assert not config.enabled
-    assert "warn_threshold (5) must be less than block_threshold (5)" in caplog.text
+    assert config.enabled
+    assert dict(config.tools) == {}
+    assert config.abort_threshold == 4
+
+
+def test_only_enabled_false_turns_the_guard_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_config, "_said", set())
+    assert not LoopGuardConfig.from_env({"LOOP_GUARD_ENABLED": "false"}).enabled
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LoopGuardConfigWarning)
+        for bad in ({"LOOP_GUARD_ENABLED": "fasle"}, {"LOOP_GUARD_ENABLE": "false"}):
+            assert LoopGuardConfig.from_env(bad).enabled
+
+
+def test_a_strict_reading_raises_on_a_bad_variable() -> None:
+    """What the scan uses: it must not read with settings it was not given."""
+    with pytest.raises(ValueError, match="LOOP_GUARD_WARN_THRESHOLD='abc'"):
+        _config.layered_config({}, {"LOOP_GUARD_WARN_THRESHOLD": "abc"}, strict=True)
+    with pytest.raises(ValueError, match="must be less than"):
+        _config.layered_config({}, {"LOOP_GUARD_BLOCK_THRESHOLD": "2"}, strict=True)
 
 
 def test_large_thresholds_are_accepted() -> None:
@@ -131,8 +203,10 @@ def test_keyword_overrides_win_over_the_environment(monkeypatch: pytest.MonkeyPa
 def test_an_override_replaces_a_bad_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bad variable that an explicit argument replaces does not disable the guard."""
     monkeypatch.setenv("LOOP_GUARD_BLOCK_THRESHOLD", "lots")
-    assert LoopGuard(block_threshold=8).config.enabled
-    assert not LoopGuard(warn_threshold=2).config.enabled
+    assert LoopGuard(block_threshold=8).config.block_threshold == 8
+    with pytest.warns(LoopGuardConfigWarning, match="LOOP_GUARD_BLOCK_THRESHOLD='lots'"):
+        config = LoopGuard(warn_threshold=2).config
+    assert (config.enabled, config.warn_threshold, config.block_threshold) == (True, 2, 5)
 
 
 def test_an_explicit_config_ignores_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,18 +253,25 @@ def test_a_misspelt_variable_is_named_once_with_the_closest_setting(
     alone."""
     from loop_guard import LoopGuardMiddleware
 
-    monkeypatch.setattr(_config, "_warned_misspelt", set(), raising=False)
+    monkeypatch.setattr(_config, "_said", set())
     monkeypatch.setenv("LOOP_GUARD_WARN_TRESHOLD", "2")
     monkeypatch.setenv("LOOP_GUARD_EXAMPLE_MODEL", "gpt")
     monkeypatch.setenv("LOOP_GUARD_BLOCK_THRESHOLD", "6")
-    with caplog.at_level(logging.WARNING, logger="loop_guard"):
+    with (
+        caplog.at_level(logging.WARNING, logger="loop_guard"),
+        warnings.catch_warnings(record=True) as caught,
+    ):
+        warnings.simplefilter("always")
         for _ in range(3):
             middleware = LoopGuardMiddleware()
         LoopGuardConfig.from_env()
     assert middleware.guard.config.warn_threshold == 3  # still ignored, as documented
     assert middleware.guard.config.block_threshold == 6
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    said = [
         "LOOP_GUARD_WARN_TRESHOLD is not a loop guard setting and is ignored; "
         "did you mean LOOP_GUARD_WARN_THRESHOLD?"
     ]
+    assert logged == said
+    assert [str(w.message) for w in caught] == said
+    assert caught[0].filename == __file__  # it points at the line that built the guard

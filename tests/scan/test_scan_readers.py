@@ -217,7 +217,8 @@ def test_a_bad_flag_value_is_a_message_and_status_2(
 def test_a_bad_variable_is_a_message_and_status_2_not_a_silent_clean_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The guard disables itself on a bad LOOP_GUARD_* value; a scan must not report 'clean'."""
+    """A guard keeps a default on a bad LOOP_GUARD_* value; a scan must not report with
+    settings it was not given."""
     path = tmp_path / "loop.json"
     path.write_text(json.dumps(openai_loop(9)))
     monkeypatch.setenv("LOOP_GUARD_BLOCK_THRESHOLD", "lots")
@@ -229,7 +230,7 @@ def test_a_bad_variable_is_a_message_and_status_2_not_a_silent_clean_scan(
     monkeypatch.setenv("LOOP_GUARD_BLOCK_THRESHOLD", "3")  # valid alone, not with warn 3
     status, _, err = scan(str(path))
     assert status == 2
-    assert "LOOP_GUARD_BLOCK_THRESHOLD=3" in err
+    assert "LOOP_GUARD_BLOCK_THRESHOLD='3'" in err
 
 
 # --- checkpoint databases: SQLite and PostgreSQL -----------------------------------------------
