@@ -20,7 +20,7 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from loop_guard._config import LoopGuardConfig, Normalizer, ToolPolicy
+from loop_guard._config import LoopGuardConfig, LoopGuardOptions, Normalizer, ToolPolicy
 from loop_guard._events import GuardEvent, GuardStats
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._messages import GUARD_NAME, JUDGE, REPLY
@@ -84,6 +84,7 @@ __all__ = [
     "LoopGuardConfig",
     "LoopGuardMiddleware",
     "LoopGuardNode",
+    "LoopGuardOptions",
     "LoopGuardState",
     "Normalizer",
     "Proceed",
