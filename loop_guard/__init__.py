@@ -20,7 +20,13 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from loop_guard._config import LoopGuardConfig, LoopGuardConfigWarning, Normalizer, ToolPolicy
+from loop_guard._config import (
+    LoopGuardConfig,
+    LoopGuardConfigWarning,
+    LoopGuardOptions,
+    Normalizer,
+    ToolPolicy,
+)
 from loop_guard._events import GuardEvent, GuardStats
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._messages import GUARD_NAME, JUDGE, REPLY
@@ -85,6 +91,7 @@ __all__ = [
     "LoopGuardConfigWarning",
     "LoopGuardMiddleware",
     "LoopGuardNode",
+    "LoopGuardOptions",
     "LoopGuardState",
     "Normalizer",
     "Proceed",

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, final
 
+from typing_extensions import TypedDict, Unpack
+
 from loop_guard._repeated_text import DEFAULT_MIN_CHARS
 from loop_guard._volatile import normalize_fresh, normalize_volatile
 
@@ -253,14 +255,15 @@ class LoopGuardConfig:
             _check_order(*self.thresholds(tool), f" for tool {tool!r}")
 
     @classmethod
-    def pi(cls, **overrides: Any) -> LoopGuardConfig:
+    def pi(cls, **overrides: Unpack[LoopGuardOptions]) -> LoopGuardConfig:
         """The Pi extension's behaviour exactly: every detector beyond it turned off.
 
         Examples:
             >>> LoopGuardConfig.pi().detect_cycles
             False
         """
-        return cls(**{**_PI_OFF, **overrides})
+        settings: dict[str, Any] = {**_PI_OFF, **overrides}
+        return cls().replace(**settings)
 
     def thresholds(self, tool: str) -> Thresholds:
         """The thresholds in force for one tool.
@@ -350,7 +353,7 @@ class LoopGuardConfig:
         # Last: what it masks marks a near-repeat (`Result.variant`).
         return (*found, normalize_fresh) if fresh else found
 
-    def replace(self, **overrides: Any) -> LoopGuardConfig:
+    def replace(self, **overrides: Unpack[LoopGuardOptions]) -> LoopGuardConfig:
         """Return a copy with some fields replaced, validated like the constructor.
 
         Examples:
@@ -358,7 +361,9 @@ class LoopGuardConfig:
             8
         """
         _check_names(overrides)
-        return dataclasses.replace(self, **overrides)
+        # Wider than the fields: `__post_init__` makes `ignore_tools` and `tools` of them.
+        changes: dict[str, Any] = dict(overrides)
+        return dataclasses.replace(self, **changes)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LoopGuardConfig:
@@ -379,6 +384,82 @@ class LoopGuardConfig:
             (8, ['bash', 'todo'])
         """
         return resolve_config(None, {}, environ)
+
+
+class LoopGuardOptions(TypedDict, total=False):
+    """The settings as keyword arguments: `LoopGuard(warn_threshold=2)`,
+    `LoopGuardMiddleware(block_threshold=8)`, `LoopGuardConfig.replace(...)`.
+
+    One key per `LoopGuardConfig` field, which says in full what each does; every key is
+    optional. A setting not given keeps its value from the `config` passed, else from its
+    `LOOP_GUARD_*` variable, else its default (in brackets below). A name that is no setting
+    raises `ValueError` naming the setting it is closest to.
+
+    Attributes:
+        enabled: Master switch (`True`).
+        warn_threshold: Identical steps in a row that steer the model (3).
+        block_threshold: The Nth identical call is refused; above `warn_threshold` (5).
+        abort_threshold: Refusals in one request before the request ends (3).
+        ignore_tools: Tool names never counted or refused: names, or one comma-separated
+            string (none).
+        ignore_errors: Error results neither count nor reset a streak (`False`).
+        use_terminate: A batch whose every call was refused ends the request too (`False`).
+        detect_cycles: Catch a sequence of calls repeated lap after lap (`True`).
+        max_cycle_period: The longest cycle looked for, in steps (6).
+        detect_interleaved: Steer a call and result that keep coming back between other
+            calls (`True`).
+        repeat_window: Recent counted steps that `detect_interleaved` looks at (8).
+        escalate_ignored: A return to a call the model was steered away from resumes its
+            streak (`True`).
+        backstop_threshold: The Nth identical call of a steered call in one request is
+            refused, however spread out (10).
+        detect_unknown_tools: Calls to a missing tool count as one call (`True`).
+        detect_same_error: A tool failing the same way for varied args counts as one
+            call (`True`).
+        same_error_threshold: Calls in a row with the identical error that show a tool
+            broken (4).
+        volatile_results: Results differing only in ids, timestamps, durations, pids or
+            nonces count as unchanged (`False`).
+        fresh_results: Results differing only in what is fresh on every call are
+            near-repeats (`True`).
+        near_repeat_patience: How many calls later near-repeats are steered and refused
+            than exact repeats (2).
+        dedupe_siblings: Identical calls in one model response run once (`False`).
+        detect_repeated_text: A reply that keeps repeating its own text is cut, steered
+            and stopped (`True`).
+        repeated_text_chars: Characters that must repeat back to back before a reply is
+            cut (1000).
+        tools: A `ToolPolicy`, or its fields as a dict, per tool name (none).
+
+    Examples:
+        >>> options: LoopGuardOptions = {"warn_threshold": 2, "block_threshold": 4}
+        >>> LoopGuardConfig().replace(**options).block_threshold
+        4
+    """
+
+    enabled: bool
+    warn_threshold: int
+    block_threshold: int
+    abort_threshold: int
+    ignore_tools: str | Iterable[str]
+    ignore_errors: bool
+    use_terminate: bool
+    detect_cycles: bool
+    max_cycle_period: int
+    detect_interleaved: bool
+    repeat_window: int
+    escalate_ignored: bool
+    backstop_threshold: int
+    detect_unknown_tools: bool
+    detect_same_error: bool
+    same_error_threshold: int
+    volatile_results: bool
+    fresh_results: bool
+    near_repeat_patience: int
+    dedupe_siblings: bool
+    detect_repeated_text: bool
+    repeated_text_chars: int
+    tools: Mapping[str, ToolPolicy | Mapping[str, Any]]
 
 
 _POLICY_BOOLEANS = (
@@ -509,10 +590,9 @@ def _as_policies(value: object) -> dict[str, ToolPolicy]:
             msg = f"tools must map tool names to ToolPolicy, got key {tool!r}"
             raise ValueError(msg)
         if isinstance(policy, Mapping):
-            unknown = set(policy) - {f.name for f in dataclasses.fields(ToolPolicy)}
-            if unknown:
-                msg = f"unknown tool policy option(s) for {tool!r}: {', '.join(sorted(unknown))}"
-                raise ValueError(msg)
+            _check_known(
+                policy, dataclasses.fields(ToolPolicy), "tool policy option", f" for {tool!r}"
+            )
             policy = ToolPolicy(**policy)
         if not isinstance(policy, ToolPolicy):
             msg = f"the policy for tool {tool!r} must be a ToolPolicy, got {policy!r}"
@@ -749,10 +829,25 @@ def _shown(value: object) -> str:
 
 
 def _check_names(overrides: Mapping[str, Any]) -> None:
-    unknown = set(overrides) - {f.name for f in dataclasses.fields(LoopGuardConfig)}
-    if unknown:
-        msg = f"unknown loop guard option(s): {', '.join(sorted(unknown))}"
-        raise ValueError(msg)
+    _check_known(overrides, dataclasses.fields(LoopGuardConfig), "loop guard option")
+
+
+def _check_known(
+    given: Iterable[str], fields: Iterable[dataclasses.Field[Any]], noun: str, where: str = ""
+) -> None:
+    """Raise `ValueError` naming each of `given` that is no field, with the field it is
+    closest to: `unknown loop guard option: warn_treshold (did you mean warn_threshold?)`."""
+    known = [field.name for field in fields]
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        named.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    plural = "s" if len(unknown) > 1 else ""
+    msg = f"unknown {noun}{plural}{where}: {', '.join(named)}"
+    raise ValueError(msg)
 
 
 def _as_names(value: object) -> frozenset[str]:

@@ -9,7 +9,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, final
 
-from loop_guard._config import LoopGuardConfig, annotation_hint, resolve_config
+from typing_extensions import Unpack
+
+from loop_guard._config import LoopGuardConfig, LoopGuardOptions, annotation_hint, resolve_config
 from loop_guard._engine import Engine
 from loop_guard._events import Events, EventSink, GuardStats
 from loop_guard._siblings import SharedRuns
@@ -38,7 +40,9 @@ class LoopGuard:
             exception it raises is logged, never passed on to the agent.
         max_conversations: Conversations kept at once; the least recently used one is
             forgotten beyond this, so a long-lived server stays bounded.
-        **overrides: Any `LoopGuardConfig` field; wins over `config` and the environment.
+        **options: Any setting (`LoopGuardOptions`: `warn_threshold`, `block_threshold`,
+            `abort_threshold`, `ignore_tools`, `tools`, ...); one given wins over `config`
+            and the environment, one not given keeps coming from them.
 
     Raises:
         ValueError: If an explicit argument is invalid (see How the guard decides: configuration).
@@ -65,7 +69,7 @@ class LoopGuard:
         *,
         on_event: EventSink | None = None,
         max_conversations: int = 10_000,
-        **overrides: Any,
+        **options: Unpack[LoopGuardOptions],
     ) -> None:
         """Create a guard; see the class docstring for the arguments."""
         limit: object = max_conversations  # checked at run time: callers may be untyped
@@ -76,7 +80,7 @@ class LoopGuard:
         if handler is not None and not callable(handler):
             msg = f"on_event must be callable, got {handler!r}"
             raise ValueError(msg)
-        self.engine = Engine(resolve_config(config, overrides))
+        self.engine = Engine(resolve_config(config, options))
         self._events = Events(on_event=on_event, limit=max_conversations)
         self._conversations = _Conversations(max_conversations)
         self._snapshots = _Snapshots()

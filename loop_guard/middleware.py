@@ -36,10 +36,10 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 from langgraph.typing import ContextT
-from typing_extensions import NotRequired, override
+from typing_extensions import NotRequired, Unpack, override
 
 from loop_guard import _messages
-from loop_guard._config import LoopGuardConfig
+from loop_guard._config import LoopGuardConfig, LoopGuardOptions
 from loop_guard._conversation import ConversationKey, thread_of
 from loop_guard._engine import JUDGED_STEPS
 from loop_guard._events import GuardEvent
@@ -133,8 +133,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     (`LoopGuardConfig`); identical siblings can share one run (`dedupe_siblings`).
 
     Configuration:
-        - Every `LoopGuardConfig` field, as a keyword argument or a `LOOP_GUARD_*`
-            environment variable (arguments win).
+        - Every `LoopGuardConfig` field, as a keyword argument (`LoopGuardOptions`) or a
+            `LOOP_GUARD_*` environment variable (arguments win).
         - `exit_behavior`: `'end'` (default), `'answer'`, `'error'` or `'ask'`
             (`ExitBehavior`).
         - `on_event`: a callable receiving a `GuardEvent` per warning, block and stop.
@@ -179,7 +179,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         exit_behavior: ExitBehavior = "end",
         judge: BaseChatModel | str | None = None,
         judge_every: int = 10,
-        **overrides: Any,
+        **options: Unpack[LoopGuardOptions],
     ) -> None:
         """Initialize the loop guard middleware.
 
@@ -198,8 +198,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
                 counted (`GuardStats.judgments`, `judge_tokens`, `'judge'` events).
             judge_every: Counted steps (model responses with tool calls) between two
                 questions to the judge, at least.
-            **overrides: Any `LoopGuardConfig` field; wins over `config` and the
-                environment.
+            **options: Any setting (`LoopGuardOptions`: `warn_threshold`,
+                `block_threshold`, `abort_threshold`, `ignore_tools`, `tools`, ...); one
+                given wins over `config` and the environment, one not given keeps coming
+                from them.
 
         Raises:
             ValueError: If an explicit argument is invalid.
@@ -212,7 +214,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             msg = f"judge_every must be an integer >= 1, got {every!r}"
             raise ValueError(msg)
-        self.guard = LoopGuard(config, on_event=on_event, **overrides)
+        self.guard = LoopGuard(config, on_event=on_event, **options)
         if judge is not None and self.guard.engine.memory < JUDGED_STEPS:
             msg = (
                 f"judge needs the last {JUDGED_STEPS} steps of a request, which the guard "

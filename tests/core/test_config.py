@@ -5,7 +5,10 @@ See How the guard decides: configuration.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
+import re
 import warnings
 
 import pytest
@@ -242,6 +245,42 @@ def test_bad_guard_arguments_raise() -> None:
         LoopGuard(max_conversations=0)
     with pytest.raises(ValueError, match="on_event"):
         LoopGuard(on_event="print")  # type: ignore[arg-type]
+
+
+def test_a_misspelt_option_names_the_option_meant() -> None:
+    """A misspelt keyword raises `ValueError` at once, naming the option it is closest to, for
+    the middleware as for the guard, `replace` and `pi`, and for a tool's policy given as a
+    dict; a name like no option is named alone."""
+    from loop_guard import LoopGuardMiddleware
+
+    meant = "unknown loop guard option: warn_treshold (did you mean warn_threshold?)"
+    with pytest.raises(ValueError, match=re.escape(meant)):
+        LoopGuardMiddleware(warn_treshold=2)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match=re.escape(meant)):
+        LoopGuardConfig.pi(warn_treshold=2)  # type: ignore[call-arg]
+    both = "unknown loop guard options: abort_treshold (did you mean abort_threshold?), colour"
+    with pytest.raises(ValueError, match=re.escape(both)):
+        LoopGuard(colour="red", abort_treshold=2)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match=re.escape("option: blok_threshold (did you mean")):
+        LoopGuardConfig().replace(blok_threshold=4)  # type: ignore[call-arg]
+    policy = "unknown tool policy option for 'poll': block_treshold (did you mean block_threshold?)"
+    with pytest.raises(ValueError, match=re.escape(policy)):
+        LoopGuard(tools={"poll": {"block_treshold": 20}})
+
+
+def test_every_setting_is_a_typed_keyword() -> None:
+    """`LoopGuardOptions` holds every `LoopGuardConfig` field and nothing else, each one
+    optional, and it types the keywords of `LoopGuard` and `LoopGuardMiddleware`, so an
+    editor completes them and a type checker checks them."""
+    from loop_guard import LoopGuardMiddleware, LoopGuardOptions
+
+    fields = {field.name for field in dataclasses.fields(LoopGuardConfig)}
+    assert LoopGuardOptions.__optional_keys__ == fields
+    assert not LoopGuardOptions.__required_keys__
+    for face in (LoopGuard, LoopGuardMiddleware):
+        options = inspect.signature(face).parameters["options"]
+        assert options.kind is inspect.Parameter.VAR_KEYWORD
+        assert options.annotation == "Unpack[LoopGuardOptions]"
 
 
 def test_a_misspelt_variable_is_named_once_with_the_closest_setting(

@@ -28,11 +28,13 @@ from loop_guard import LoopGuard, LoopGuardConfig
 guard: LoopGuard = LoopGuard(LoopGuardConfig())
 """
 
-# A deliberate mistake: reported only if mypy sees the real type, not `Any`.
+# Deliberate mistakes: reported only if mypy sees the real types, not `Any`.
 USER_MISTAKE = """\
-from loop_guard import LoopGuard
+from loop_guard import LoopGuard, LoopGuardMiddleware
 
 count: int = LoopGuard()
+LoopGuard(block_threshold="8")
+LoopGuardMiddleware(warn_treshold=2)
 """
 
 
@@ -44,7 +46,8 @@ def _outside_repository(path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_users_mypy_strict_finds_the_installed_package(tmp_path: Path) -> None:
     """From a directory outside the repository, `mypy --strict` type-checks user code
-    against the installed `loop_guard`: clean code passes, a wrong type is caught."""
+    against the installed `loop_guard`: clean code passes; a wrong type, a setting of the
+    wrong type and a misspelt setting are caught."""
     _outside_repository(tmp_path)
     try:
         importlib.metadata.distribution("langchain-loop-guard")
@@ -63,7 +66,10 @@ def test_users_mypy_strict_finds_the_installed_package(tmp_path: Path) -> None:
     assert "app.py" not in output, output
     assert "mistake.py:3: error: Incompatible types in assignment" in output, output
     assert 'expression has type "LoopGuard"' in output, output
-    assert "Found 1 error in 1 file" in output, output
+    # The settings are typed keywords: a wrong type and a misspelt name are caught.
+    assert 'mistake.py:4: error: Argument "block_threshold" to "LoopGuard"' in output, output
+    assert 'mistake.py:5: error: Unexpected keyword argument "warn_treshold"' in output, output
+    assert "Found 3 errors in 1 file" in output, output
 
 
 @pytest.mark.timeout(300)

@@ -19,6 +19,7 @@ README = ROOT / "README.md"
 # `print(...)  # what it prints`: the comment is the start of the line printed.
 SHOWN = re.compile(r"^\s*print\(.*\)  # (.+)$", re.MULTILINE)
 STOP = "Stopped by loop_guard: the agent kept calling `read_file`"
+FIRST_SCREEN = 40  # lines
 
 
 def test_every_readme_snippet_runs_and_prints_what_it_shows() -> None:
@@ -50,3 +51,17 @@ def test_every_readme_snippet_runs_and_prints_what_it_shows() -> None:
     steer = namespace["steer"]
     assert isinstance(steer, Steer)
     assert steer.streak == 3
+
+
+def test_the_first_screen_shows_the_install_and_the_one_line() -> None:
+    """Within its first lines the README gives the Install section's command and shows, in a
+    snippet that compiles, the one line a `create_agent` user adds."""
+    text = README.read_text()
+    install = re.search(r"## Install\n.*?```bash\n(pip install [^\n#]*?)\s*(#|\n)", text, re.DOTALL)
+    assert install, "the Install section has no pip command"
+    first_screen = "\n".join(text.splitlines()[:FIRST_SCREEN])
+    assert install[1] in first_screen
+    shown = re.search(r"```py\n(.*?)```", first_screen, re.DOTALL)
+    assert shown, "no snippet on the first screen"
+    assert "middleware=[LoopGuardMiddleware()]" in shown[1]
+    compile(shown[1], f"{README}, first screen", "exec")

@@ -197,7 +197,7 @@ def test_pi_replays_a_thread_as_the_pi_extension_would(tmp_path: Path) -> None:
         (["--warn-threshold", "0"], "warn_threshold must be an integer >= 1"),
         (["--warn-threshold", "6"], "warn_threshold (6) must be less than block_threshold (5)"),
         (["--tools", "{poll"], "--tools: is not JSON"),
-        (["--tools", '{"poll": {"block": 3}}'], "unknown tool policy option(s) for 'poll'"),
+        (["--tools", '{"poll": {"block": 3}}'], "unknown tool policy option for 'poll'"),
         (["--tools", '{"poll": {"normalizer": "x"}}'], "cannot set a normalizer"),
         (["--detect-cycles=yes"], "--detect-cycles"),
     ],
