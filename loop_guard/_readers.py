@@ -18,6 +18,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,8 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
+from loop_guard._window import Window
+
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -44,10 +47,12 @@ class ScanError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
-    """A recorded conversation: where it came from and its messages."""
+    """A recorded conversation: where it came from, its messages, and when it last changed
+    (a checkpoint database's thread: its latest checkpoint's time; a file records none)."""
 
     name: str
     messages: Sequence[BaseMessage]
+    updated: datetime | None = None
 
 
 def load(source: Path | str, thread: str | None = None) -> list[Conversation]:
@@ -65,21 +70,39 @@ def load(source: Path | str, thread: str | None = None) -> list[Conversation]:
     return conversations
 
 
-def read(source: Path | str, thread: str | None) -> list[Conversation | ScanError]:
-    """The conversations of a source, and an error for each thread that cannot be read;
-    raises `ScanError` when nothing can be read."""
-    return list(stream(source, [thread] if thread else None))
+def read(
+    source: Path | str, thread: str | None, window: Window | None = None
+) -> list[Conversation | ScanError]:
+    """The conversations of a source (in `window`, when given), and an error for each thread
+    that cannot be read; raises `ScanError` when nothing can be read."""
+    return list(stream(source, [thread] if thread else None, window))
 
 
 def stream(
-    source: Path | str, threads: Sequence[str] | None = None
+    source: Path | str, threads: Sequence[str] | None = None, window: Window | None = None
 ) -> Iterator[Conversation | ScanError]:
     """`read`, one conversation at a time: a checkpoint database's threads are read as they
-    are needed (`threads`, else every thread), so memory stays flat however many it holds."""
+    are needed (`threads`, else every thread), so memory stays flat however many it holds.
+
+    With a `window`, only the threads last changed in it; a conversation file records no
+    times, so it is refused (`ScanError`) rather than read whole.
+    """
     database = _database_of(source)
     if database is not None:
-        yield from _read_checkpoints(database, threads)
+        for item in _read_checkpoints(database, threads):
+            if window and isinstance(item, Conversation):
+                if item.updated is None:
+                    item = ScanError(f"{item.name}: its latest checkpoint has no time ('ts')")
+                elif not window.contains(item.updated):
+                    continue
+            yield item
         return
+    if window:
+        msg = (
+            "a conversation file records no times: --since and --until read only "
+            "checkpoint databases (scan the file without them)"
+        )
+        raise ScanError(msg)
     yield from _read_file(Path(source))
 
 
@@ -426,4 +449,18 @@ def _read_thread(database: _Database, thread_id: str) -> Conversation | ScanErro
         return ScanError(f"thread {thread_id!r}: its 'messages' are not a list")
     # Values the serializer refused to restore stay inert data, and are left out.
     kept = [message for message in messages if isinstance(message, BaseMessage)]
-    return Conversation(f"{database.name}:{thread_id}", kept)
+    return Conversation(f"{database.name}:{thread_id}", kept, _time_of(found.checkpoint.get("ts")))
+
+
+def _time_of(ts: object) -> datetime | None:
+    """A checkpoint's `ts` (ISO 8601, written by LangGraph in UTC), in UTC; `None` when it
+    has none that reads as a time."""
+    if not isinstance(ts, str):
+        return None
+    try:
+        when = datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+    return (
+        when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+    )

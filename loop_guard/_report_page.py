@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 __all__ = ["render_page"]
@@ -20,6 +21,14 @@ REPORT_VERSION = 1
 """The report schema this page draws."""
 
 _OUTCOMES = ("steered", "blocked", "stopped")
+# The outcomes nest (a stopped thread was also blocked, a blocked one also steered): named so.
+_NESTED = {"steered": "steered", "blocked": "of which blocked", "stopped": "of which stopped",
+           "clean": "clean"}  # fmt: skip
+_NESTING = (
+    "The outcomes nest: a stopped thread was also blocked and steered, a blocked thread also"
+    " steered. Each share is of all the threads scanned: steered and clean add up to 100%."
+)
+_NOT_REPORTED = "not reported by the model"
 _TONE_OF_OUTCOME = {"steered": "steer", "blocked": "block", "stopped": "stop", "clean": "clean"}
 _TONE_OF_KIND = {"warn": "steer", "block": "block", "abort": "stop", "terminate": "stop"}
 _SEVERITY = {"steer": 0, "block": 1, "stop": 2}  # the stronger marker is drawn on top
@@ -29,7 +38,6 @@ _WIDTH = 480  # of a bar chart's drawing; the page scales it to the column
 _VALUES = 64  # room right of the longest bar for its value
 _PAIR_VALUES = 180  # room right of a pair's longer bar for its value and series name
 _CLIP = 40  # characters of a bar's label that fit above it
-_SERIES_CLIP = 14  # characters of a series name that fit after its value
 _STRIP = 720  # of a timeline's drawing
 
 _STYLE = """
@@ -155,11 +163,13 @@ class _Bar:
 
 @dataclass(frozen=True)
 class _Pair:
-    """One measure under two series, drawn as two bars to the larger one's scale."""
+    """One measure under two series, drawn as two bars to one scale: where `whole` fills
+    the room, on a track (a share: 1), else where the larger value does."""
 
     label: str
     values: tuple[float, float]
     texts: tuple[str, str]
+    whole: float | None = None
 
 
 def render_page(report: Mapping[str, Any]) -> str:
@@ -173,6 +183,7 @@ def render_page(report: Mapping[str, Any]) -> str:
     intro = f"Configuration <code>{label}</code> · {_count(threads)} threads scanned"
     if report["unreadable"]:
         intro += f" · {_count(report['unreadable'])} could not be read"
+    intro = f'<p class="lead">{intro}</p>{_provenance(report)}'
     if threads:
         anchors = _anchors([entry["thread"] for entry in report["worst"]])
         body = [
@@ -190,15 +201,40 @@ def render_page(report: Mapping[str, Any]) -> str:
     else:
         body = [
             _section("none", "No threads", "<p>No threads were scanned: nothing to report.</p>")
-        ]
+        ]  # a window without threads says so above, in the provenance
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>Loop report: {label}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n<main>\n"
-        f'<header><h1>Loop report</h1><p class="lead">{intro}</p></header>\n'
+        f"<header><h1>Loop report</h1>{intro}</header>\n"
         + "\n".join(body)
         + "\n<footer>Drawn by <code>loop-guard report</code>.</footer>\n</main>\n</body>\n</html>\n"
     )
+
+
+def _provenance(report: Mapping[str, Any]) -> str:
+    """Where the numbers come from and when: the sources, the times of the threads read,
+    the window asked for, and when the page was made."""
+    sources = ", ".join(_esc(source) for source in report["sources"]) or "no sources"
+    span = report["span"]
+    times = (
+        "The sources record no times."
+        if span is None
+        else f"Threads last active from {_when(span['first'])} to {_when(span['last'])}."
+    )
+    window: Mapping[str, str | None] = report["window"]
+    bounds = [f"{word} {_when(window[word])}" for word in ("since", "until") if window[word]]
+    asked = f"Window: threads last active {' and '.join(bounds)}. " if bounds else ""
+    return (
+        f'<p class="meta">Read from <code>{sources}</code>. {times} {asked}'
+        f"Generated {_when(report['generated'])}.</p>"
+    )
+
+
+def _when(iso: str | None) -> str:
+    """An ISO 8601 time as the page writes it, to the minute: `2025-06-02 09:30 UTC`."""
+    when = datetime.fromisoformat(str(iso))
+    return f"{when:%Y-%m-%d %H:%M} UTC"
 
 
 def _headline(report: Mapping[str, Any]) -> str:
@@ -206,12 +242,19 @@ def _headline(report: Mapping[str, Any]) -> str:
     outcomes: Mapping[str, int] = report["outcomes"]
     cost: Mapping[str, int] = report["cost"]
     tiles = [_tile("", "Threads scanned", _count(threads))]
+    parents = {"blocked": "steered", "stopped": "blocked"}
     tiles += [
         _tile(
             _TONE_OF_OUTCOME[outcome],
-            outcome.capitalize(),
+            _NESTED[outcome].capitalize(),
             _percent(outcomes[outcome], threads),
-            f"{_count(outcomes[outcome])} threads",
+            f"{_count(outcomes[outcome])} threads"
+            + (
+                f", {_percent(outcomes[outcome], outcomes[parents[outcome]])} of the"
+                f" {parents[outcome]}"
+                if outcome in parents
+                else ""
+            ),
         )
         for outcome in _OUTCOMES
     ]
@@ -220,13 +263,13 @@ def _headline(report: Mapping[str, Any]) -> str:
             tone,
             title,
             _compact(cost["model_calls" + suffix]),
-            f"model calls, {_compact(cost['tokens' + suffix])} tokens",
+            f"model calls, {_tokens(cost['tokens' + suffix], _compact)}",
         )
         for tone, title, suffix in (("", "Spent in loops", ""), ("saved", "Saved", "_saved"))
     ]
     bars = [
         _Bar(
-            outcome,
+            _NESTED[outcome],
             outcomes[outcome],
             _percent(outcomes[outcome], threads),
             _TONE_OF_OUTCOME[outcome],
@@ -242,12 +285,30 @@ def _headline(report: Mapping[str, Any]) -> str:
         track=True,
     )
     table = _table(
-        "Threads by outcome (one thread can be steered, blocked and stopped)",
+        "Threads by outcome: steered, of which blocked, of which stopped; and clean",
         ("Outcome", "Threads", "Share"),
         [(bar.label, _count(int(bar.value)), bar.text) for bar in bars],
     )
     strip = f'<dl class="tiles">{"".join(tiles)}</dl>'
-    return _section("outcomes", "At a glance", strip + chart + _details(table))
+    lead = f'<p class="lead">{_NESTING}{_usage(report)}</p>'
+    return _section("outcomes", "At a glance", strip + lead + chart + _details(table))
+
+
+def _usage(report: Mapping[str, Any]) -> str:
+    """Whose tokens the page counts, when not every thread's model reported them."""
+    reported: int = report["threads_with_token_usage"]
+    threads: int = report["threads"]
+    if reported == threads:
+        return ""
+    if not reported:
+        return f" Tokens: {_NOT_REPORTED} (no reply carries its usage)."
+    return f" Tokens: reported by the model in {_count(reported)} of {_count(threads)} threads."
+
+
+def _tokens(tokens: int | None, written: Callable[[int], str]) -> str:
+    """A count of tokens in words (`written`: how a number is), or that the model reported
+    none."""
+    return f"tokens {_NOT_REPORTED}" if tokens is None else f"{written(tokens)} tokens"
 
 
 def _shapes(shapes: Mapping[str, int]) -> str:
@@ -295,16 +356,13 @@ def _tools(tools: Sequence[Mapping[str, Any]]) -> str:
     return _section("tools", "Top looping tools", chart + table)
 
 
-def _cost(cost: Mapping[str, int]) -> str:
+def _cost(cost: Mapping[str, int | None]) -> str:
     if not any(cost.values()):
         return _section("cost", "What loops cost", _NONE)
     pairs = [
-        _Pair(
-            name,
-            (cost[key], cost[f"{key}_saved"]),
-            (_compact(cost[key]), _compact(cost[f"{key}_saved"])),
-        )
+        _Pair(name, (spent, saved), (_compact(spent), _compact(saved)))
         for key, name in _COSTS
+        if (spent := cost[key]) is not None and (saved := cost[f"{key}_saved"]) is not None
     ]
     chart = _pairs_svg(
         "cost",
@@ -317,9 +375,10 @@ def _cost(cost: Mapping[str, int]) -> str:
     table = _table(
         "Spent in loops, and saved by stopping them",
         ("Measure", "Spent in loops", "Saved"),
-        [(name, _count(cost[key]), _count(cost[f"{key}_saved"])) for key, name in _COSTS],
+        [(name, _amount(cost[key]), _amount(cost[f"{key}_saved"])) for key, name in _COSTS],
     )
-    lead = '<p class="lead">Each measure is drawn to its own scale.</p>'
+    unknown = "" if len(pairs) == len(_COSTS) else f" Tokens: {_NOT_REPORTED}."
+    lead = f'<p class="lead">Each measure is drawn to its own scale.{unknown}</p>'
     return _section("cost", "What loops cost", lead + chart + _details(table))
 
 
@@ -411,7 +470,7 @@ def _thread_row(entry: Mapping[str, Any], anchor: str, longest: int) -> str:
     )
     meta = (
         f"{_count(calls)} tool calls · spent {_count(entry['model_calls'])} model calls,"
-        f" {_count(entry['tokens'])} tokens"
+        f" {_tokens(entry['tokens'], _count)}"
     )
     table = _table(
         f"Guard events of thread <code>{_esc(thread)}</code>",
@@ -445,19 +504,17 @@ def _compare(report: Mapping[str, Any], links: Mapping[str, str]) -> str:
     saved = [(f"{name} saved", f"{key}_saved") for key, name in _COSTS]
     pairs = [
         _Pair(
-            f"{outcome} threads",
+            _compared(outcome),
             (_share(outcomes[0][outcome], wholes[0]), _share(outcomes[1][outcome], wholes[1])),
             (_percent(outcomes[0][outcome], wholes[0]), _percent(outcomes[1][outcome], wholes[1])),
+            whole=1.0,
         )
         for outcome in _OUTCOMES
     ]
     pairs += [
-        _Pair(
-            measure,
-            (costs[0][key], costs[1][key]),
-            (_compact(costs[0][key]), _compact(costs[1][key])),
-        )
+        _Pair(measure, (first, second), (_compact(first), _compact(second)))
         for measure, key in spent  # the table holds what was saved, too
+        if (first := costs[0][key]) is not None and (second := costs[1][key]) is not None
     ]
     chart = _pairs_svg(
         "compare",
@@ -467,12 +524,18 @@ def _compare(report: Mapping[str, Any], links: Mapping[str, str]) -> str:
             for pair in pairs
         ),
         pairs,
-        labels,
+        ("before", "after"),
         ("plain", "other"),
+    )
+    legend = "".join(
+        f'<li><svg width="14" height="14" viewBox="0 0 14 14" aria-hidden="true">'
+        f'<rect class="{tone}" x="1" y="1" width="12" height="12" rx="2"/></svg>'
+        f"{series}: <code>{name}</code></li>"
+        for tone, series, name in (("plain", "before", before), ("other", "after", after))
     )
     shares = [
         (
-            f"{outcome} threads",
+            _compared(outcome),
             *(
                 f"{_percent(counts[outcome], whole)} ({_count(counts[outcome])})"
                 for counts, whole in zip(outcomes, wholes, strict=True)
@@ -481,12 +544,12 @@ def _compare(report: Mapping[str, Any], links: Mapping[str, str]) -> str:
         for outcome in _OUTCOMES
     ]
     side_by_side = _table(
-        f"<code>{before}</code> and <code>{after}</code>, side by side",
-        ("Measure", f"<code>{before}</code>", f"<code>{after}</code>"),
+        f"Before, <code>{before}</code>, and after, <code>{after}</code>, side by side",
+        ("Measure", "Before", "After"),
         [("threads scanned", _count(wholes[0]), _count(wholes[1]))]
         + shares
         + [
-            (measure, _count(costs[0][key]), _count(costs[1][key]))
+            (measure, _amount(costs[0][key]), _amount(costs[1][key]))
             for measure, key in spent + saved
         ],
     )
@@ -515,13 +578,20 @@ def _compare(report: Mapping[str, Any], links: Mapping[str, str]) -> str:
         )
     lead = (
         f'<p class="lead">Before: <code>{before}</code>, this report\'s configuration;'
-        f" after: <code>{after}</code>. Each measure is drawn to its own scale.</p>"
+        f" after: <code>{after}</code>. The shares of threads are drawn on one scale, 0 to"
+        " 100%; each cost measure draws before and after on one scale.</p>"
     )
+    legend = f'<ul class="legend" aria-label="Legend">{legend}</ul>'
     return _section(
         "compare",
         f"Compared with <code>{after}</code>",
-        f"{lead}{chart}{side_by_side}<h3>Threads whose outcome changed</h3>{changes}",
+        f"{lead}{legend}{chart}{side_by_side}<h3>Threads whose outcome changed</h3>{changes}",
     )
+
+
+def _compared(outcome: str) -> str:
+    """An outcome's row in the comparison: `steered threads`, `of which blocked`, ..."""
+    return f"{outcome} threads" if outcome == "steered" else _NESTED[outcome]
 
 
 def _section(key: str, heading: str, body: str) -> str:
@@ -630,24 +700,30 @@ def _pairs_svg(
     series: tuple[str, str],
     tones: tuple[str, str],
 ) -> str:
-    """Each pair under its label, as two bars coloured by `tones`, drawn to the pair's own
-    scale, each followed by its value and its name in `series`."""
+    """Each pair under its label, as two bars coloured by `tones`, drawn to the pair's scale
+    (`_Pair`), each followed by its value and its name in `series`, which are short."""
     room = _WIDTH - _PAIR_VALUES
     group = 70  # a label's line and two bars
     parts = []
     for index, pair in enumerate(pairs):
         top = index * group
         parts.append(f'<text class="heading" x="0" y="{top + 15}">{_esc(pair.label)}</text>')
-        most = max(pair.values)
+        most = max(pair.values) if pair.whole is None else pair.whole
         lanes = zip(series, pair.values, pair.texts, tones, strict=True)
         for lane, (name, value, text, tone) in enumerate(lanes):
             y = top + 21 + lane * 21
             length = _length(value, most, room)
+            track = (
+                f'<rect class="track" x="0" y="{y}" width="{room}" height="16" rx="3"/>'
+                if pair.whole is not None
+                else ""
+            )
+            at = room if pair.whole is not None else length
             parts.append(
-                f"<g><title>{_esc(pair.label)}, {_esc(name)}: {_esc(text)}</title>"
+                f"<g><title>{_esc(pair.label)}, {_esc(name)}: {_esc(text)}</title>{track}"
                 f'<rect class="{tone}" x="0" y="{y}" width="{length:.1f}" height="16" rx="3"/>'
-                f'<text x="{length + 6:.1f}" y="{y + 13}">{_esc(text)} <tspan class="value">'
-                f"{_esc(_clip(name, _SERIES_CLIP))}</tspan></text></g>"
+                f'<text x="{at + 6:.1f}" y="{y + 13}">{_esc(text)} <tspan class="value">'
+                f"{_esc(name)}</tspan></text></g>"
             )
     size = (_WIDTH, len(pairs) * group)
     return _svg(chart, f"chart-{chart}", title, desc, size, "".join(parts))
@@ -750,6 +826,11 @@ def _compact(n: int) -> str:
         if n < size * 999.5:
             return f"{n / size:.3g}{unit}"
     return f"{n / 1e9:,.3g}G"
+
+
+def _amount(n: int | None) -> str:
+    """A count in a table, or that the model did not report it (tokens)."""
+    return _NOT_REPORTED if n is None else _count(n)
 
 
 def _share(part: int, whole: int) -> float:

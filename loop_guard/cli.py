@@ -10,6 +10,7 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "--thread", help="the thread to read from a checkpoint database (default: every thread)"
     )
     scan.add_argument("--json", action="store_true", help="print JSON for machines")
+    _add_window_flags(scan)
     _add_setting_flags(scan)
     report = commands.add_parser(
         "report",
@@ -94,6 +96,7 @@ def _main(argv: Sequence[str] | None) -> int:
                         help="the threads whose timelines are shown (default: 10)")  # fmt: skip
     report.add_argument("--jobs", type=_integer, metavar="N",
                         help="worker processes (default: one per core)")  # fmt: skip
+    _add_window_flags(report)
     _add_setting_flags(report)
     args = parser.parse_args(argv)
     if args.command == "scan":
@@ -128,22 +131,26 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _scan(args: argparse.Namespace) -> int:
+    from loop_guard._window import Window
     from loop_guard.scan import EXIT_UNREADABLE, run_scan
 
     try:
         config = _scan_config(args, os.environ)
+        window = Window(args.since, args.until)
     except ValueError as error:
         print(f"loop-guard scan: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
-    return run_scan(args.paths, config, thread=args.thread, as_json=args.json)
+    return run_scan(args.paths, config, thread=args.thread, as_json=args.json, window=window)
 
 
 def _report(args: argparse.Namespace) -> int:
+    from loop_guard._window import Window
     from loop_guard.report import run_report
     from loop_guard.scan import EXIT_UNREADABLE
 
     try:
         config = _scan_config(args, os.environ)
+        window = Window(args.since, args.until)
         compare = None
         if args.compare is not None:
             settings = argparse.ArgumentParser(prog="--compare", add_help=False)
@@ -159,7 +166,27 @@ def _report(args: argparse.Namespace) -> int:
     given = any(getattr(args, name) is not None for name in vars(args) if name.startswith(_SETTING))
     label = "your settings" if given or args.pi else "defaults"
     return run_report(args.paths, config, html=html, json_out=args.json_out, label=label,
-                      compare=compare, worst=args.worst, jobs=args.jobs)  # fmt: skip
+                      compare=compare, worst=args.worst, jobs=args.jobs, window=window)  # fmt: skip
+
+
+def _add_window_flags(parser: argparse.ArgumentParser) -> None:
+    """`--since` and `--until`: the threads whose latest checkpoint falls in a time window."""
+    when = ("an ISO date or date and time (UTC unless it names a zone: 2025-06-02, "
+            "2025-06-02T09:30+02:00) or a duration ago (12h, 7d, 2w)")  # fmt: skip
+    parser.add_argument("--since", type=_moment, metavar="TIME",
+                        help="only the threads whose latest checkpoint is at or after TIME: "
+                        f"{when}; conversation files record no times and are refused")  # fmt: skip
+    parser.add_argument("--until", type=_moment, metavar="TIME",
+                        help="only the threads whose latest checkpoint is before TIME")  # fmt: skip
+
+
+def _moment(text: str) -> datetime:
+    from loop_guard._window import moment
+
+    try:
+        return moment(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:

@@ -19,14 +19,16 @@ import sys
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from loop_guard._config import LoopGuardConfig
 from loop_guard._readers import ScanError, display_name, is_postgres_url, stream, thread_pages
 from loop_guard._values import NO_COST, LoopCost
-from loop_guard.scan import Report, scan_conversation
+from loop_guard._window import Window
+from loop_guard.scan import Report, cost_json, scan_conversation
 
 __all__ = ["FleetReport", "Outcome", "build_report", "run_report"]
 
@@ -58,6 +60,7 @@ class _Thread:
     thread: str
     calls: int
     cost: LoopCost
+    tokens_reported: bool
     events: list[dict[str, Any]]
 
     @property
@@ -71,6 +74,7 @@ class _Tally:
 
     worst_kept: int
     threads: int = 0
+    usage_threads: int = 0  # whose model reported its token usage
     outcomes: Counter[str] = field(default_factory=Counter)
     shapes: Counter[str] = field(default_factory=Counter)
     tools: dict[str, Counter[str]] = field(default_factory=dict)
@@ -81,6 +85,7 @@ class _Tally:
     def count(self, report: Report) -> Outcome:
         """Count one thread's scan; returns its outcome."""
         self.threads += 1
+        self.usage_threads += report.tokens_reported
         outcome = _outcome_of(report)
         self.outcomes[outcome] += 1
         self.cost += report.cost
@@ -100,12 +105,16 @@ class _Tally:
         spent = report.cost.model_calls
         if spent:
             self.lengths[_length_of(spent)] += 1
-        self._keep(_Thread(report.name, report.calls, report.cost, _events_of(report)))
+        self._keep(
+            _Thread(report.name, report.calls, report.cost, report.tokens_reported,
+                    _events_of(report))
+        )  # fmt: skip
         return outcome
 
     def add(self, other: _Tally) -> None:
         """Add another tally of the same configuration."""
         self.threads += other.threads
+        self.usage_threads += other.usage_threads
         self.outcomes.update(other.outcomes)
         self.shapes.update(other.shapes)
         for tool, counts in other.tools.items():
@@ -126,6 +135,7 @@ class _Tally:
         tools = sorted(self.tools.items(), key=lambda item: (-item[1]["threads"], item[0]))
         return {
             "threads": self.threads,
+            "threads_with_token_usage": self.usage_threads,
             "outcomes": {
                 "steered": self.outcomes["steered"]
                 + self.outcomes["blocked"]
@@ -142,7 +152,7 @@ class _Tally:
                 }
                 for tool, counts in tools[:_TOOLS_SHOWN]
             ],
-            "cost": asdict(self.cost),
+            "cost": cost_json(self.cost, tokens_reported=self.usage_threads > 0),
             "loop_lengths": [
                 {"length": label, "threads": self.lengths[label]} for label, _ in _LENGTHS
             ],
@@ -151,7 +161,7 @@ class _Tally:
                     "thread": thread.thread,
                     "calls": thread.calls,
                     "model_calls": thread.cost.model_calls,
-                    "tokens": thread.cost.tokens,
+                    "tokens": thread.cost.tokens if thread.tokens_reported else None,
                     "events": thread.events,
                 }
                 for _, thread in sorted(self.worst, reverse=True)
@@ -166,6 +176,11 @@ class FleetReport:
 
     label: str
     tally: _Tally
+    sources: list[str] = field(default_factory=list)  # as printed: no password
+    generated: datetime | None = None
+    window: Window = field(default_factory=Window)
+    first: datetime | None = None  # the earliest time a thread read last changed
+    last: datetime | None = None  # the latest
     unreadable: int = 0
     compare_label: str | None = None
     compared: _Tally | None = None
@@ -176,12 +191,20 @@ class FleetReport:
     def add(self, other: FleetReport) -> None:
         """Add the report of other threads, made with the same configurations."""
         self.tally.add(other.tally)
+        self.span(other.first)
+        self.span(other.last)
         self.unreadable += other.unreadable
         self.errors = [*self.errors, *other.errors][:_ERRORS_KEPT]
         if self.compared is not None and other.compared is not None:
             self.compared.add(other.compared)
         self.changed_count += other.changed_count
         self.changed = _biggest_changes([*self.changed, *other.changed])
+
+    def span(self, updated: datetime | None) -> None:
+        """Take in the time a thread read last changed (`None`: unknown)."""
+        if updated is not None:
+            self.first = updated if self.first is None else min(self.first, updated)
+            self.last = updated if self.last is None else max(self.last, updated)
 
     def to_json(self) -> dict[str, Any]:
         """The report's numbers, JSON-safe."""
@@ -197,9 +220,17 @@ class FleetReport:
                 "changed_count": self.changed_count,
                 "changed": self.changed,
             }
+        span = None
+        if self.first is not None and self.last is not None:
+            span = {"first": self.first.isoformat(), "last": self.last.isoformat()}
+        generated = self.generated or datetime.now(timezone.utc)
         return {
             "version": 1,
             "label": self.label,
+            "sources": self.sources,
+            "generated": generated.isoformat(timespec="seconds"),
+            "window": self.window.to_json(),
+            "span": span,
             "threads": body.pop("threads"),
             "unreadable": self.unreadable,
             **body,
@@ -215,17 +246,23 @@ def build_report(
     compare: tuple[str, LoopGuardConfig] | None = None,
     worst: int = 10,
     jobs: int = 1,
+    window: Window | None = None,
     progress: Callable[[int], object] | None = None,
 ) -> FleetReport:
     """Scan every conversation of `sources` into one `FleetReport`.
 
-    `compare`: another configuration (its label and settings), scanned on the same threads.
+    `window`: only the threads whose latest checkpoint is in it (a conversation file, which
+    records no times, is then unreadable). `compare`: another configuration (its label and
+    settings), scanned on the same threads.
     `worst`: the threads whose timelines are kept. `jobs`: worker processes (1: this one).
     A source or a thread that cannot be read is counted as unreadable, and why is kept
     (`FleetReport.errors`). `progress` is called with the threads scanned so far.
     """
-    job = _Job(config, label, compare, worst)
+    job = _Job(config, label, compare, worst, window or Window())
     total = job.empty()
+    total.sources = [display_name(source) for source in sources]
+    total.generated = datetime.now(timezone.utc)
+    total.window = job.window
     for part in _run(job, _pieces(sources), jobs):
         total.add(part)
         if progress is not None:
@@ -249,6 +286,7 @@ class _Job:
     label: str
     compare: tuple[str, LoopGuardConfig] | None
     worst: int
+    window: Window
 
     def empty(self) -> FleetReport:
         compared = None if self.compare is None else _Tally(self.worst)
@@ -258,11 +296,12 @@ class _Job:
     def scan(self, piece: _Piece) -> FleetReport:
         report = self.empty()
         try:
-            for item in stream(piece.source, piece.threads):
+            for item in stream(piece.source, piece.threads, self.window):
                 if isinstance(item, ScanError):
                     report.unreadable += 1
                     report.errors.append(f"{display_name(piece.source)}: {item}")
                     continue
+                report.span(item.updated)
                 ours = scan_conversation(self.config, item)
                 before = report.tally.count(ours)
                 if self.compare is not None and report.compared is not None:
@@ -395,6 +434,7 @@ def run_report(
     compare: tuple[str, LoopGuardConfig] | None = None,
     worst: int = 10,
     jobs: int | None = None,
+    window: Window | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
@@ -406,7 +446,7 @@ def run_report(
     bar = _ProgressBar(err) if err.isatty() else None
     report = build_report(
         sources, config, label=label, compare=compare, worst=worst,
-        jobs=jobs if jobs is not None else (os.cpu_count() or 1),
+        jobs=jobs if jobs is not None else (os.cpu_count() or 1), window=window,
         progress=None if bar is None else bar.show,
     )  # fmt: skip
     if bar is not None:

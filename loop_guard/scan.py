@@ -33,6 +33,7 @@ from loop_guard._readers import (
     read,
 )
 from loop_guard._values import NO_COST, Call, Charge, Decision, LoopCost, Proceed, Stop
+from loop_guard._window import Window
 
 __all__ = [
     "CHECKPOINT_FLOOR",
@@ -66,12 +67,17 @@ class Finding:
 @dataclass(slots=True)
 class Report:
     """What the guard would have done in one conversation, and what its loops cost
-    (`LoopCost`: what the guard would have saved is measured on the recording)."""
+    (`LoopCost`: what the guard would have saved is measured on the recording).
+
+    `tokens_reported`: whether the model reported its token usage (`usage_metadata`) on any
+    reply; when it did not, the cost's tokens are unknown, not zero.
+    """
 
     name: str
     calls: int = 0
     findings: list[Finding] = field(default_factory=list)
     cost: LoopCost = NO_COST
+    tokens_reported: bool = False
 
     def first(self, *kinds: str) -> Finding | None:
         """The first finding of one of these kinds."""
@@ -87,12 +93,25 @@ class Report:
             "first_warn": None if warn is None else warn.call_index,
             "first_block": None if block is None else block.call_index,
             "stop": None if stop is None else {"call": stop.call_index, "kind": stop.event.kind},
-            "cost": dataclasses.asdict(self.cost),
+            "cost": cost_json(self.cost, tokens_reported=self.tokens_reported),
             "findings": [
                 {"call": f.call_index, **_without_conversation(dataclasses.asdict(f.event))}
                 for f in self.findings
             ],
         }
+
+
+def cost_json(cost: LoopCost, *, tokens_reported: bool) -> dict[str, int | None]:
+    """A cost, JSON-safe: its tokens `None` when the model reported none.
+
+    Examples:
+        >>> cost_json(LoopCost(model_calls=2), tokens_reported=False)["tokens"] is None
+        True
+    """
+    counts: dict[str, int | None] = {**dataclasses.asdict(cost)}
+    if not tokens_reported:
+        counts.update(tokens=None, tokens_saved=None)
+    return counts
 
 
 def _without_conversation(event: dict[str, Any]) -> dict[str, Any]:
@@ -103,6 +122,10 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
     """Replay each request of a conversation through a fresh engine state."""
     engine = Engine(config)
     report = Report(conversation.name)
+    report.tokens_reported = any(
+        isinstance(message, AIMessage) and message.usage_metadata is not None
+        for message in conversation.messages
+    )
     # Every response gets an id: its calls are keyed by it, as a live graph keys them, so
     # tool-call ids a provider reused never merge two calls.
     messages = [
@@ -193,6 +216,9 @@ def print_table(reports: Sequence[Report], out: TextIO) -> None:
     cost = sum((report.cost for report in reports), NO_COST)
     if cost:
         print(f"\n{describe_cost(cost)}", file=out)
+        reported = sum(report.tokens_reported for report in reports)
+        if reported < len(reports):
+            print(f"tokens: {_tokens_reported(reported, len(reports), 'conversations')}", file=out)
     for report in reports:
         if report.findings:
             print(f"\n{report.name}", file=out)
@@ -218,6 +244,18 @@ def describe_cost(cost: LoopCost) -> str:
     return f"spent in loops: {spent or 'nothing'}\nsaved by the guard: {saved or 'nothing'}"
 
 
+def _tokens_reported(reported: int, scanned: int, noun: str) -> str:
+    """Whose tokens a total counts: the model reported usage in none, some or all of them.
+
+    Examples:
+        >>> _tokens_reported(3, 4, "threads")
+        'reported by the model in 3 of 4 threads'
+    """
+    if not reported:
+        return "not reported by the model"
+    return f"reported by the model in {reported:,} of {scanned:,} {noun}"
+
+
 def _counted(*counts: tuple[str, int]) -> str:
     return ", ".join(f"{n:,} {noun}{'' if n == 1 else 's'}" for noun, n in counts if n)
 
@@ -228,12 +266,13 @@ def run_scan(
     *,
     thread: str | None = None,
     as_json: bool = False,
+    window: Window | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
     """Scan files and databases (paths, or PostgreSQL URLs); 0 when the guard would not have
     stepped in, 1 when it would, 2 when a file or a thread could not be read (each is named
-    with the reason), 3 when both."""
+    with the reason), 3 when both. `window`: only the threads last changed in it."""
     out, err = out or sys.stdout, err or sys.stderr
     reports: list[Report] = []
     unreadable = False
@@ -244,7 +283,7 @@ def run_scan(
             short = name if is_postgres_url(name) else Path(name).name
             print(f"\rscanning {number}/{len(paths)}: {short[:50]:<50}", end="", file=err)
         try:
-            items = read(source, thread)
+            items = read(source, thread, window)
         except ScanError as error:
             items = [error]
         for item in items:

@@ -8,6 +8,9 @@ except under CI, where it must be there. A screenshot is saved in `artifacts/rep
 from __future__ import annotations
 
 import copy
+import html as html_module
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +39,16 @@ COST = {
     "model_calls_saved": 70,
     "tokens_saved": 400_000,
 }
+LONG_LABEL = '--block-threshold 8 --no-detect-cycles --tools \'{"poll_job": {"volatile": true}}\''
 REPORT: dict[str, Any] = {
     "version": 1,
     "label": "defaults",
+    "sources": ["db.sqlite", "postgresql://ops:***@db.internal/agents"],
+    "generated": "2026-05-09T07:35:25+00:00",
+    "window": {"since": "2026-05-01T00:00:00+00:00", "until": None},
+    "span": {"first": "2026-05-01T08:12:00+00:00", "last": "2026-05-08T22:40:10+00:00"},
     "threads": 1234,
+    "threads_with_token_usage": 1234,
     "unreadable": 2,
     "outcomes": OUTCOMES,
     "shapes": {
@@ -98,7 +107,7 @@ REPORT: dict[str, Any] = {
         },
     ],
     "compare": {
-        "label": "--pi",
+        "label": LONG_LABEL,
         "threads": 1234,
         "outcomes": {"steered": 52, "blocked": 18, "stopped": 7, "clean": 1170},
         "cost": {**COST, "model_calls": 210, "tokens": 610_000, "model_calls_saved": 120},
@@ -140,7 +149,7 @@ def test_the_page_draws_every_chart_self_contained_and_escaped() -> None:
     assert "<b>" not in page
     assert "db.sqlite:&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&quot;" in page
     assert "thread-db-sqlite-script-alert-x-script" in parsed.ids
-    for words in ("3.2%", "2.0%", "1.0%", "900k", "400k", "17 threads changed outcome", "--pi"):
+    for words in ("3.2%", "2.0%", "1.0%", "900k", "400k", "17 threads changed outcome"):
         assert words in text, words
 
 
@@ -193,6 +202,70 @@ def test_another_schema_is_refused() -> None:
         render_page({**REPORT, "version": 2})
 
 
+def test_the_page_says_what_it_read_and_when() -> None:
+    text = " ".join(Page(render_page(REPORT)).text)
+    for words in (
+        "db.sqlite, postgresql://ops:***@db.internal/agents",
+        "Generated 2026-05-09 07:35 UTC",
+        "last active from 2026-05-01 08:12 UTC to 2026-05-08 22:40 UTC",
+        "Window: threads last active since 2026-05-01 00:00 UTC",
+    ):
+        assert words in text, words
+    files = {**REPORT, "window": {"since": None, "until": None}, "span": None}
+    text = " ".join(Page(render_page(files)).text)
+    assert "The sources record no times" in text
+    assert "Window" not in text
+
+
+def test_the_outcomes_say_that_they_nest() -> None:
+    text = " ".join(Page(render_page(REPORT)).text)
+    for words in ("of which blocked", "of which stopped", "steered and clean add up to 100%",
+                  "a stopped thread was also blocked and steered"):  # fmt: skip
+        assert words in text, words
+
+
+def test_tokens_the_model_never_reported_are_said_to_be_unknown_not_zero() -> None:
+    unknown = {"tokens": None, "tokens_saved": None}
+    silent = copy.deepcopy(REPORT)
+    silent["threads_with_token_usage"] = 0
+    silent["cost"].update(unknown)
+    silent["compare"]["cost"].update(unknown)
+    for entry in silent["worst"]:
+        entry["tokens"] = None
+    page = render_page(silent)
+    text = " ".join(Page(page).text)
+    assert "not reported by the model" in text
+    assert not re.search(r"(?<![\d,])0 tokens", text)
+    costs = re.finditer(r'<svg[^>]*data-chart="(cost|compare)".*?</svg>', page, re.S)
+    assert [chart.group(1) for chart in costs if "tokens" in chart.group()] == []  # no bar
+    partly = {**REPORT, "threads_with_token_usage": 1000}
+    text = " ".join(Page(render_page(partly)).text)
+    assert "reported by the model in 1,000 of 1,234 threads" in text
+
+
+# Run in the page by the browser test: where the comparison's legend items end, against the
+# page's column, and each bar of the comparison's chart, as drawn.
+MEASURE = """<script>
+const column = document.querySelector("main").getBoundingClientRect();
+const section = document.getElementById("h-compare").parentElement;
+const measured = {
+  legend: [...section.querySelectorAll(".legend li")].map((item) => ({
+    text: item.textContent,
+    inside: item.getBoundingClientRect().right <= column.right + 0.5,
+  })),
+  bars: [...section.querySelectorAll('svg[data-chart="compare"] g')].map((bar) => ({
+    title: bar.querySelector("title").textContent,
+    width: bar.querySelector("rect:not(.track)").getBBox().width,
+  })),
+  room: section.querySelector('svg[data-chart="compare"] rect.track').getBBox().width,
+};
+const out = document.createElement("pre");
+out.id = "measured";
+out.textContent = JSON.stringify(measured);
+document.body.append(out);
+</script>"""
+
+
 @pytest.mark.slow
 def test_the_page_renders_in_a_browser(tmp_path: Path) -> None:
     """Opened from a file in headless Chromium, the page holds every chart and one timeline
@@ -208,6 +281,41 @@ def test_the_page_renders_in_a_browser(tmp_path: Path) -> None:
     rows = [anchor for anchor in dom.ids if anchor.startswith("thread-")]
     assert len(rows) == len(REPORT["worst"])
     assert HOSTILE in " ".join(dom.text)
+
+    # On a phone's width, the compared settings are named whole, inside the column; every
+    # share is drawn on one 0-100% scale, and each cost measure's two bars on one scale.
+    measuring = tmp_path / "measured.html"
+    measuring.write_text(render_page(REPORT).replace("</body>", MEASURE + "</body>"))
+    opened = chromium(tmp_path / "profile", "--window-size=400,900", "--dump-dom",
+                      measuring.as_uri())  # fmt: skip
+    assert opened.returncode == 0, opened.stderr[-2000:]
+    found = re.search(r'<pre id="measured">(.*?)</pre>', opened.stdout, re.S)
+    assert found is not None, opened.stdout[-2000:]
+    measured = json.loads(html_module.unescape(found.group(1)))
+    legend = {item["text"].strip(): item["inside"] for item in measured["legend"]}
+    assert legend == {"before: defaults": True, f"after: {LONG_LABEL}": True}
+    values = {
+        "steered threads": (40, 52),
+        "of which blocked": (25, 18),
+        "of which stopped": (12, 7),
+        "model calls spent in loops": (300, 210),
+        "tool runs spent in loops": (250, 250),
+        "tokens spent in loops": (900_000, 610_000),
+    }
+    widths: dict[str, list[float]] = {}
+    for bar in measured["bars"]:
+        label, _, series = bar["title"].rpartition(", ")
+        assert series.split(":")[0] == ["before", "after"][len(widths.get(label, []))]
+        widths.setdefault(label, []).append(bar["width"])
+    assert set(widths) == set(values)
+    for label, (before, after) in values.items():
+        if label.endswith("spent in loops"):  # the larger fills the room: one scale for both
+            assert widths[label][0] * after == pytest.approx(widths[label][1] * before, rel=0.01)
+            assert max(widths[label]) == pytest.approx(measured["room"])
+        else:
+            # A share's bar is its part of the track (a share above zero shows at least 2).
+            drawn = [max(measured["room"] * n / REPORT["threads"], 2.0) for n in (before, after)]
+            assert widths[label] == pytest.approx(drawn, rel=0.01), label
 
     shot = artifacts("report") / "report.png"
     shot.unlink(missing_ok=True)

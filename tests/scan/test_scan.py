@@ -331,3 +331,28 @@ def test_scan_reads_the_guards_own_steer_in_openai_messages_as_no_request(
     assert main(["scan", "--json", str(path)]) == 1
     [report] = json.loads(capsys.readouterr().out)
     assert [f["kind"] for f in report["findings"]][-1] == "abort"
+
+
+def test_tokens_the_model_never_reported_are_not_a_measured_zero(tmp_path: Path) -> None:
+    """OpenAI messages carry no usage: the scan says so instead of counting 0 tokens; LangChain
+    messages whose replies report `usage_metadata` have their tokens counted."""
+    path = write(tmp_path / "loop.json", {"messages": openai_loop(12)})
+    _, out, _ = scan("--json", str(path))
+    [report] = json.loads(out)
+    assert report["cost"]["model_calls"] > 0
+    assert (report["cost"]["tokens"], report["cost"]["tokens_saved"]) == (None, None)
+    _, text, _ = scan(str(path))
+    assert "tokens: not reported by the model" in text
+
+    [conversation] = load(path)
+    usage = {"input_tokens": 90, "output_tokens": 10, "total_tokens": 100}
+    with_usage = [
+        m.model_copy(update={"usage_metadata": usage}) if m.type == "ai" else m
+        for m in conversation.messages
+    ]
+    measured = write(tmp_path / "lc.json", messages_to_dict(with_usage))
+    _, out, _ = scan("--json", str(measured))
+    [report] = json.loads(out)
+    assert report["cost"]["tokens"] == 100 * report["cost"]["model_calls"]
+    _, text, _ = scan(str(path), str(measured))
+    assert "tokens: reported by the model in 1 of 2 conversations" in text
