@@ -8,28 +8,17 @@ A real `create_agent` with an `InMemorySaver`; only the model is scripted.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from typing import Any
 
 import pytest
-from langchain.agents import create_agent
-from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain.agents.middleware.human_in_the_loop import HITLResponse
 from langchain_core.messages import BaseMessage, ToolMessage
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from loop_guard import LoopGuardMiddleware
-from loop_guard.testing import ScriptedChatModel, stubborn
+from loop_guard.testing import stubborn
 from tests.faces.test_ask import LIST, MODES, Asking, question
-from tests.faces.test_hitl import InterruptMode, Order, _approve, _asked_ids, refused_ids
-from tests.support.agents import (
-    ToolRuns,
-    ask,
-    assert_valid_history,
-    make_tools,
-    needs_async_context,
-)
+from tests.faces.test_hitl import InterruptMode, Order, _approve, _asked_ids, build, refused_ids
+from tests.support.agents import ask, assert_valid_history, needs_async_context
 
 READ = ("read_file", {"path": "a.txt"})
 STOP: HITLResponse = {"decisions": [{"type": "reject"}]}
@@ -55,21 +44,6 @@ def test_two_loops_in_one_reply_are_asked_about_where_end_stops(mode: str) -> No
 
 # With the guard asking and `HumanInTheLoopMiddleware` gating the same tool, the person
 # approves every call put to them and stops the request when the guard asks.
-
-
-def build(order: Order, interrupt_mode: InterruptMode) -> tuple[Any, ToolRuns]:
-    if "interrupt_mode" not in inspect.signature(HumanInTheLoopMiddleware).parameters:
-        pytest.skip("per-call interrupts need langchain >= 1.5")
-    runs = ToolRuns()
-    guard = LoopGuardMiddleware(exit_behavior="ask")
-    hitl = HumanInTheLoopMiddleware(interrupt_on={"read_file": True}, interrupt_mode=interrupt_mode)
-    agent = create_agent(
-        ScriptedChatModel(script=stubborn(READ)),
-        make_tools(runs),
-        middleware=[guard, hitl] if order == "guard-first" else [hitl, guard],
-        checkpointer=InMemorySaver(),
-    )
-    return agent, runs
 
 
 def approve_then_stop(agent: Any, sync: bool) -> tuple[list[str], int, list[BaseMessage]]:
@@ -122,7 +96,7 @@ def test_no_call_put_to_approval_is_then_refused(
 ) -> None:
     """The person approves the 4 calls that run, is asked by the guard where it would
     stop, and is never asked to approve the call that stopped the request."""
-    agent, runs = build(order, interrupt_mode)
+    agent, _, runs = build(stubborn(READ), order, interrupt_mode, exit_behavior="ask")
     approvals, questions, messages = approve_then_stop(agent, sync)
     assert_valid_history(messages)
     assert questions == 1
