@@ -2,7 +2,8 @@
 uninterrupted run: the same runs of a stuck call before the block, every call answered.
 
 The checkpoints were written by the old commits (`tests/support/fixtures/upgrade/write_fixture.py`
-says how); a real `create_agent` resumes them from SQLite, only the model is scripted.
+says how); a real `create_agent` (or, for the node's face, the graph of
+`tests/support/agents.py`) resumes them from SQLite, only the model is scripted.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,18 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
 
-from loop_guard import LoopGuardMiddleware, aupgrade_thread, upgrade_thread
+from loop_guard import LoopGuardAbort, LoopGuardMiddleware, aupgrade_thread, upgrade_thread
 from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support import FIXTURES
-from tests.support.agents import ask, assert_valid_history, blocked, final_stop, needs_async_context
+from tests.support.agents import (
+    ask,
+    assert_valid_history,
+    blocked,
+    final_stop,
+    guarded_agent,
+    needs_async_context,
+    timeline,
+)
 
 UPGRADE_FIXTURES = FIXTURES / "upgrade"
 CONFIG: dict[str, Any] = {"configurable": {"thread_id": "t"}}
@@ -96,20 +106,21 @@ def copy(name: str, tmp_path: Path) -> Path:
 
 
 def resume(path: Path, *, approval: bool, sync: bool) -> list[BaseMessage]:
-    first = APPROVE if approval else None
+    """Upgrade the thread, then resume it to its end: a thread paused for approval with an
+    approval, one moved on from a removed node as it is."""
     if sync:
         saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))
         agent = build(saver, approval=approval)
         upgraded = upgrade_thread(agent, CONFIG)
         assert approval or upgraded is not None
-        return drive(agent, first)
+        return drive(agent, APPROVE if upgraded is None else None)
 
     async def go() -> list[BaseMessage]:
         async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
             agent = build(saver, approval=approval)
             upgraded = await aupgrade_thread(agent, CONFIG)
             assert approval or upgraded is not None
-            return await adrive(agent, first)
+            return await adrive(agent, APPROVE if upgraded is None else None)
 
     return asyncio.run(go())
 
@@ -124,7 +135,9 @@ SYNC = pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
 @pytest.mark.parametrize(
     "fixture",
     [
-        "release-0.1.0.sqlite",  # 544d6c4, the previous release
+        "release-0.1.0.sqlite",  # 544d6c4, the previous release: 2 calls approved
+        "release-0.1.0-approved-1.sqlite",  # the same, 1 call approved
+        "release-0.1.0-approved-3.sqlite",  # the same, 3 calls approved (and steered)
         "id-keyed.sqlite",  # 845c20e^: calls keyed by tool-call id
         "after-model-approval.sqlite",  # 08902b3^: the reply waits for approval undecided
     ],
@@ -149,6 +162,69 @@ def test_a_thread_paused_before_a_removed_node_resumes_as_one_run(
 ) -> None:
     messages = resume(copy(fixture, tmp_path), approval=False, sync=sync)
     assert_like_uninterrupted(messages, approval=False)
+
+
+@pytest.mark.parametrize(
+    "sync",
+    [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
+)
+@pytest.mark.parametrize("fixture", ["before-model-node.sqlite", "after-model-node.sqlite"])
+def test_an_upgraded_thread_resumed_with_approval_finishes_as_one_run(
+    fixture: str, sync: bool, tmp_path: Path
+) -> None:
+    """The agent now asks a person about every call: the upgraded thread is asked about the
+    calls it has left to run, not resumed for ever, and stops where one run stops."""
+    messages = resume(copy(fixture, tmp_path), approval=True, sync=sync)
+    assert_like_uninterrupted(messages, approval=True)
+
+
+def face_agent(face: str, checkpointer: Any) -> tuple[Any, dict[str, Any]]:
+    """The stubborn agent of the fixture writer, guarded as `face` does it, and its config."""
+    model = ScriptedChatModel(script=stubborn(("list_dir", {"path": "."})))
+    agent, extra = guarded_agent(face, model, [list_dir], checkpointer=checkpointer)
+    return agent, {**CONFIG, **extra}
+
+
+def ending(face: str) -> AbstractContextManager[object]:
+    """How a stopped request ends on `face`: the handler's with `LoopGuardAbort`."""
+    return pytest.raises(LoopGuardAbort) if face == "handler" else nullcontext()
+
+
+def run_face(face: str, path: Path, payload: Any, *, sync: bool) -> list[BaseMessage]:
+    """Run `face`'s agent on thread `t` of the SQLite database at `path` to its end."""
+    if sync:
+        saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))
+        agent, config = face_agent(face, saver)
+        with ending(face):
+            agent.invoke(payload, config)
+        return list(agent.get_state(config).values["messages"])
+
+    async def go() -> list[BaseMessage]:
+        async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+            agent, config = face_agent(face, saver)
+            with ending(face):
+                await agent.ainvoke(payload, config)
+            return list((await agent.aget_state(config)).values["messages"])
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "sync",
+    [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
+)
+@pytest.mark.parametrize("face", ["graph", "handler"])
+def test_a_release_thread_of_another_face_resumes_as_one_run(
+    face: str, sync: bool, tmp_path: Path
+) -> None:
+    """Paused before the tools by 0.1.0 after 3 runs (steered): `LoopGuardNode`, or the
+    callback handler, of a new process goes on from the thread's history alone."""
+    messages = run_face(face, copy(f"release-0.1.0-{face}.sqlite", tmp_path), None, sync=sync)
+    reference = run_face(face, tmp_path / "reference.sqlite", ask("List the directory"), sync=True)
+    assert runs_before_block(reference) == 4
+    assert runs_before_block(messages) == runs_before_block(reference)
+    assert timeline(messages) == timeline(reference)
+    assert_valid_history(messages)
 
 
 def test_without_upgrading_such_a_thread_the_resume_does_nothing(tmp_path: Path) -> None:

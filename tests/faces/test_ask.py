@@ -20,7 +20,8 @@ from pydantic import TypeAdapter
 
 from loop_guard import BLOCK_MARK, FINAL_ANSWER_MARK, GUARD_NAME, LoopCost, LoopGuardMiddleware
 from loop_guard._langchain import is_marked
-from loop_guard.testing import ScriptedChatModel, capture_events, stubborn
+from loop_guard.middleware import ExitBehavior
+from loop_guard.testing import ScriptedChatModel, ToolCallSpec, capture_events, stubborn
 from tests.support.agents import (
     ToolRuns,
     ask,
@@ -37,12 +38,19 @@ REJECT: HITLResponse = {"decisions": [{"type": "reject", "message": "enough"}]}
 
 
 class Asking:
-    """A stubborn agent whose guard asks; `run` starts or resumes thread `t`."""
+    """A stubborn agent making `calls` (`LIST` unless given) whose guard asks (or ends as
+    `exit_behavior` says); `run` starts or resumes thread `t`."""
 
-    def __init__(self, *, checkpointer: Any = None, answer: str | None = None) -> None:
+    def __init__(
+        self,
+        *calls: ToolCallSpec,
+        checkpointer: Any = None,
+        answer: str | None = None,
+        exit_behavior: ExitBehavior = "ask",
+    ) -> None:
         self.runs = ToolRuns()
-        self.model = ScriptedChatModel(script=stubborn(LIST, answer=answer))
-        self.middleware = LoopGuardMiddleware(exit_behavior="ask")
+        self.model = ScriptedChatModel(script=stubborn(*(calls or (LIST,)), answer=answer))
+        self.middleware = LoopGuardMiddleware(exit_behavior=exit_behavior)
         self.agent = create_agent(
             self.model,
             make_tools(self.runs),

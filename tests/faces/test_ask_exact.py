@@ -1,0 +1,132 @@
+"""`exit_behavior="ask"` asks exactly where `"end"` would stop, never after a person approved
+a call it then refuses, and does what the person decided: an edit runs the edited call, a
+rejection passes its message on, as `HumanInTheLoopMiddleware` does with its own.
+
+A real `create_agent` with an `InMemorySaver`; only the model is scripted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langchain.agents.middleware.human_in_the_loop import HITLResponse
+from langchain_core.messages import BaseMessage, ToolMessage
+from langgraph.types import Command
+
+from loop_guard.testing import stubborn
+from tests.faces.test_ask import LIST, MODES, Asking, question
+from tests.faces.test_hitl import InterruptMode, Order, _approve, _asked_ids, build, refused_ids
+from tests.support.agents import ask, assert_valid_history, needs_async_context
+
+READ = ("read_file", {"path": "a.txt"})
+STOP: HITLResponse = {"decisions": [{"type": "reject"}]}
+
+
+def answer_to(messages: list[BaseMessage], tool_call_id: str) -> ToolMessage:
+    (answer,) = [
+        m for m in messages if isinstance(m, ToolMessage) and m.tool_call_id == tool_call_id
+    ]
+    return answer
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_two_loops_in_one_reply_are_asked_about_where_end_stops(mode: str) -> None:
+    """A reply with two stubborn calls: each has run as often when the person is asked as
+    when `"end"` stops the request."""
+    ended = Asking(LIST, READ, exit_behavior="end")
+    ended.run(ask(), mode)
+    asking = Asking(LIST, READ)
+    assert "__interrupt__" in asking.run(ask(), mode)
+    assert asking.runs.counts == ended.runs.counts
+
+
+# With the guard asking and `HumanInTheLoopMiddleware` gating the same tool, the person
+# approves every call put to them and stops the request when the guard asks.
+
+
+def approve_then_stop(agent: Any, sync: bool) -> tuple[list[str], int, list[BaseMessage]]:
+    """Run one request: the calls put to approval (their ids), the guard's questions, the
+    final messages."""
+    config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+
+    def step(payload: Any) -> Any:
+        if sync:
+            return agent.invoke(payload, config)
+        return asyncio.run(agent.ainvoke(payload, config))
+
+    approvals: list[str] = []
+    questions = 0
+    result = step(ask())
+    for _ in range(30):
+        pending = result.get("__interrupt__")
+        if not pending:
+            return approvals, questions, list(result["messages"])
+        if any("loop_guard" in p.value for p in pending):
+            questions += 1
+            result = step(Command(resume=STOP))
+        else:
+            approvals.extend(_asked_ids(agent, config, pending))
+            result = step(_approve(pending))
+    raise AssertionError("the person is asked forever")
+
+
+NOT_FIRST = pytest.mark.xfail(
+    strict=True,
+    reason="the stopping reply's call is put to approval before the guard asks about it",
+)
+
+
+@pytest.mark.parametrize(
+    "sync",
+    [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
+)
+@pytest.mark.parametrize(
+    ("interrupt_mode", "order"),
+    [
+        pytest.param("batched", "guard-first", marks=NOT_FIRST),
+        pytest.param("batched", "hitl-first", marks=NOT_FIRST),
+        ("per_call", "guard-first"),
+        pytest.param("per_call", "hitl-first", marks=NOT_FIRST),
+    ],
+)
+def test_no_call_put_to_approval_is_then_refused(
+    interrupt_mode: InterruptMode, order: Order, sync: bool
+) -> None:
+    """The person approves the 4 calls that run, is asked by the guard where it would
+    stop, and is never asked to approve the call that stopped the request."""
+    agent, _, runs = build(stubborn(READ), order, interrupt_mode, exit_behavior="ask")
+    approvals, questions, messages = approve_then_stop(agent, sync)
+    assert_valid_history(messages)
+    assert questions == 1
+    assert runs.counts["read_file"] == 4
+    assert not set(approvals) & refused_ids(messages)
+    assert len(approvals) == 4
+
+
+@pytest.mark.xfail(strict=True, reason="an edit on the guard's question runs the old arguments")
+@pytest.mark.parametrize("mode", MODES)
+def test_an_edit_runs_the_edited_call(mode: str) -> None:
+    """The edit Agent Inbox and Agent Chat UI send: the call runs with the edited args."""
+    agent = Asking(READ)
+    asked = question(agent.run(ask(), mode))["loop_guard"]["tool_call_id"]
+    edited = {"name": "read_file", "args": {"path": "b.txt"}}
+    agent.resume({"decisions": [{"type": "edit", "edited_action": edited}]}, mode)
+    assert "contents of b.txt" in answer_to(agent.messages(), asked).text
+    assert agent.runs.counts["read_file"] > 4  # it ran
+
+
+@pytest.mark.xfail(strict=True, reason="a rejection's message is dropped for the guard's text")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_rejection_passes_its_message_on(mode: str) -> None:
+    """Rejected with a message: the request ends, and the message answers the call, as
+    `HumanInTheLoopMiddleware` answers a call rejected with one."""
+    reason = "Use the copy in the cache instead."
+    agent = Asking(READ)
+    asked = question(agent.run(ask(), mode))["loop_guard"]["tool_call_id"]
+    done = agent.resume({"decisions": [{"type": "reject", "message": reason}]}, mode)
+    assert "__interrupt__" not in done
+    assert_valid_history(done["messages"])
+    assert reason in answer_to(done["messages"], asked).text
+    assert agent.runs.counts["read_file"] == 4
