@@ -32,6 +32,7 @@ from langchain_core.messages import (
     ToolMessage,
     messages_from_dict,
 )
+from pydantic import ValidationError
 
 from loop_guard._window import Window
 
@@ -42,7 +43,16 @@ if TYPE_CHECKING:
 
 
 class ScanError(Exception):
-    """A file that cannot be read as a conversation; the message says why."""
+    """What cannot be read, and why (the message).
+
+    Either a whole source (a file, a database), or, with `part`, one part of a source whose
+    other parts are read: a database's thread, a line of JSON Lines, a conversation of a
+    list (`part` names which kind).
+    """
+
+    def __init__(self, reason: str, *, part: str | None = None) -> None:
+        super().__init__(" ".join(reason.split()))  # one line, whatever a driver said
+        self.part = part
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +63,60 @@ class Conversation:
     name: str
     messages: Sequence[BaseMessage]
     updated: datetime | None = None
+
+
+@dataclass(slots=True)
+class Reading:
+    """What was read of one source: its conversations, and its parts that could not be read
+    (`ScanError.part`), or that the source itself could not be.
+
+    Examples:
+        >>> reading = Reading()
+        >>> for item in [Conversation("a", []), ScanError("line 2 is not JSON", part="line")]:
+        ...     reading.count(item)
+        >>> reading.partly_unreadable, reading.summary()
+        (True, '1 of 2 lines could not be read; the rest are reported')
+    """
+
+    conversations: int = 0
+    parts_unreadable: int = 0
+    part: str = "part"
+    source_unreadable: bool = False
+
+    def count(self, item: Conversation | ScanError) -> None:
+        """Count one conversation read, or one error."""
+        if isinstance(item, Conversation):
+            self.conversations += 1
+        elif item.part is None:
+            self.source_unreadable = True
+        else:
+            self.parts_unreadable += 1
+            self.part = item.part
+
+    def add(self, other: Reading) -> None:
+        """Add what was read of other parts of the same source."""
+        self.conversations += other.conversations
+        self.parts_unreadable += other.parts_unreadable
+        self.part = other.part if other.parts_unreadable else self.part
+        self.source_unreadable = self.source_unreadable or other.source_unreadable
+
+    @property
+    def unreadable(self) -> bool:
+        """Nothing could be read: the source, or every one of its parts."""
+        return self.source_unreadable or (self.parts_unreadable > 0 and not self.conversations)
+
+    @property
+    def partly_unreadable(self) -> bool:
+        """Some parts could not be read, and the others were."""
+        return self.parts_unreadable > 0 and not self.unreadable
+
+    def summary(self) -> str | None:
+        """How many parts could not be read, when some were and others were not."""
+        if not self.partly_unreadable:
+            return None
+        total = self.parts_unreadable + self.conversations
+        read = f"{self.parts_unreadable:,} of {total:,} {self.part}s could not be read"
+        return f"{read}; the rest are reported"
 
 
 def load(source: Path | str, thread: str | None = None) -> list[Conversation]:
@@ -73,8 +137,9 @@ def load(source: Path | str, thread: str | None = None) -> list[Conversation]:
 def read(
     source: Path | str, thread: str | None, window: Window | None = None
 ) -> list[Conversation | ScanError]:
-    """The conversations of a source (in `window`, when given), and an error for each thread
-    that cannot be read; raises `ScanError` when nothing can be read."""
+    """The conversations of a source (in `window`, when given), and an error for each part
+    that cannot be read; an error for the source itself comes last (after what was read
+    before it failed)."""
     return list(stream(source, [thread] if thread else None, window))
 
 
@@ -87,23 +152,26 @@ def stream(
     With a `window`, only the threads last changed in it; a conversation file records no
     times, so it is refused (`ScanError`) rather than read whole.
     """
-    database = _database_of(source)
-    if database is not None:
-        for item in _read_checkpoints(database, threads):
-            if window and isinstance(item, Conversation):
-                if item.updated is None:
-                    item = ScanError(f"{item.name}: its latest checkpoint has no time ('ts')")
-                elif not window.contains(item.updated):
-                    continue
-            yield item
-        return
-    if window:
-        msg = (
-            "a conversation file records no times: --since and --until read only "
-            "checkpoint databases (scan the file without them)"
-        )
-        raise ScanError(msg)
-    yield from _read_file(Path(source))
+    try:
+        database = _database_of(source)
+        if database is not None:
+            for item in _read_checkpoints(database, threads):
+                if window and isinstance(item, Conversation):
+                    if item.updated is None:
+                        item = ScanError(f"{item.name}: its latest checkpoint has no time ('ts')")
+                    elif not window.contains(item.updated):
+                        continue
+                yield item
+            return
+        if window:
+            msg = (
+                "a conversation file records no times: --since and --until read only "
+                "checkpoint databases (scan the file without them)"
+            )
+            raise ScanError(msg)
+        yield from _read_file(Path(source))
+    except ScanError as error:
+        yield error
 
 
 def thread_pages(source: Path | str, size: int) -> Iterator[list[str]]:
@@ -112,7 +180,7 @@ def thread_pages(source: Path | str, size: int) -> Iterator[list[str]]:
     database = _database_of(source)
     if database is None:
         return
-    with database() as opened:
+    with _checkpoints(database) as opened:
         yield from _pages(opened, size)
 
 
@@ -122,6 +190,12 @@ def _database_of(source: Path | str) -> Callable[[], AbstractContextManager[_Dat
         url = source
         return lambda: _postgres(url)
     path = Path(source)
+    if path.is_dir():
+        if any(found.is_file() for found in path.rglob("*")):
+            msg = "a folder (`loop-guard scan` reads files; `loop-guard report`, folders)"
+        else:
+            msg = "a folder with no files in it"
+        raise ScanError(msg)
     try:
         with path.open("rb") as handle:
             head = handle.read(16)
@@ -136,16 +210,27 @@ def _read_file(path: Path) -> list[Conversation | ScanError]:
     except (OSError, UnicodeDecodeError) as error:
         raise ScanError(f"not UTF-8 text: {error}") from error
     try:
-        data = json.loads(text)
+        data = _json(text)
     except json.JSONDecodeError:
         return _json_lines(path.name, text)
-    found: list[Conversation | ScanError] = [*_conversations(path.name, data)]
-    return found
+    return _conversations(path.name, data)
+
+
+def _json(text: str) -> Any:
+    """`json.loads`, with JSON it refuses to build (nested too deep, a number of thousands of
+    digits) as a decode error."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise json.JSONDecodeError(reason, text, 0) from error
 
 
 def _json_lines(name: str, text: str) -> list[Conversation | ScanError]:
     """A JSON Lines file: one conversation per line (an object with `messages`), or one
-    message per line. A line that is not JSON loses only its own conversation, when
+    message per line. A line that cannot be read loses only its own conversation, when
     lines are conversations; when they are messages, it changes the one conversation
     they make, which is then not read."""
     rows: list[tuple[int, Any]] = []
@@ -153,39 +238,48 @@ def _json_lines(name: str, text: str) -> list[Conversation | ScanError]:
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
-                rows.append((number, json.loads(line)))
+                rows.append((number, _json(line)))
             except json.JSONDecodeError as error:
-                broken.append((number, ScanError(f"line {number} is not JSON: {error.msg}")))
+                reason = f"line {number} is not JSON: {error.msg}"
+                broken.append((number, ScanError(reason, part="line")))
     if not rows and not broken:
         msg = "empty file"
         raise ScanError(msg)
-    if not rows or not all(isinstance(row, Mapping) and "messages" in row for _, row in rows):
+    if not rows or not all(_is_conversation(row) for _, row in rows):
         if broken:
-            raise broken[0][1]
-        return [*_conversations(name, [row for _, row in rows])]
-    found: list[Conversation | ScanError] = [error for _, error in broken]
-    found.extend(
-        Conversation(f"{name}#{number}", _messages(row["messages"])) for number, row in rows
-    )
-    return found
+            raise ScanError(str(broken[0][1]))
+        return _conversations(name, [row for _, row in rows])
+    found = [*broken, *((number, _conversation(name, row, number, "line")) for number, row in rows)]
+    return [item for _, item in sorted(found, key=lambda numbered: numbered[0])]
 
 
-def _conversations(name: str, data: Any) -> list[Conversation]:
-    if isinstance(data, Mapping) and "messages" in data:
+def _conversations(name: str, data: Any) -> list[Conversation | ScanError]:
+    if _is_conversation(data):
         return [Conversation(name, _messages(data["messages"]))]
-    if (
-        isinstance(data, list)
-        and data
-        and all(isinstance(row, Mapping) and "messages" in row for row in data)
-    ):
+    if isinstance(data, list) and data and all(_is_conversation(row) for row in data):
         return [
-            Conversation(f"{name}#{n}", _messages(row["messages"]))
-            for n, row in enumerate(data, start=1)
+            _conversation(name, row, number, "conversation")
+            for number, row in enumerate(data, start=1)
         ]
     if isinstance(data, list):
         return [Conversation(name, _messages(data))]
     msg = "expected a list of messages or an object with 'messages'"
     raise ScanError(msg)
+
+
+def _is_conversation(data: Any) -> bool:
+    return isinstance(data, Mapping) and "messages" in data
+
+
+def _conversation(
+    name: str, row: Mapping[str, Any], number: int, part: str
+) -> Conversation | ScanError:
+    """The conversation numbered `number` of a source that holds several (its lines, or the
+    items of its list); an error of its own when it cannot be read."""
+    try:
+        return Conversation(f"{name}#{number}", _messages(row["messages"]))
+    except ScanError as error:
+        return ScanError(f"{part} {number}: {error}", part=part)
 
 
 def _messages(rows: Any) -> list[BaseMessage]:
@@ -196,7 +290,7 @@ def _messages(rows: Any) -> list[BaseMessage]:
         try:
             return list(messages_from_dict(rows))
         except Exception as error:
-            msg = f"not LangChain message dicts: {error}"
+            msg = f"not LangChain message dicts: {_reason(error)}"
             raise ScanError(msg) from error
     return _from_openai(rows)
 
@@ -209,49 +303,91 @@ def _from_openai(rows: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
     messages: list[BaseMessage] = []
     pending: list[tuple[str, str]] = []  # (recorded id, fresh id) of unanswered calls
     for number, row in enumerate(rows, start=1):
-        role, content = row.get("role"), row.get("content")
-        text = (
-            content
-            if isinstance(content, (str, list))
-            else ("" if content is None else str(content))
-        )
-        if role == "assistant":
-            calls: list[ToolCall] = []
-            for call in row.get("tool_calls") or ():
-                function = call.get("function") or {}
-                fresh = f"call-{number}-{len(calls)}"
-                pending.append((str(call.get("id")), fresh))
-                arguments = _arguments(function.get("arguments"))
-                name = str(function.get("name"))
-                calls.append({"name": name, "args": arguments, "id": fresh, "type": "tool_call"})
-            messages.append(AIMessage(content=text, tool_calls=calls))
-        elif role == "tool":
-            match = [p for p in pending if p[0] == str(row.get("tool_call_id"))] or pending[:1]
-            if not match:
-                msg = f"message {number}: a tool result with no pending call"
-                raise ScanError(msg)
-            pending.remove(match[0])
-            status = "error" if row.get("is_error") else "success"
-            messages.append(ToolMessage(content=text, tool_call_id=match[0][1], status=status))
-        elif role == "user":  # its name tells the guard's own steer from a user's request
-            author = row.get("name")
-            author = author if isinstance(author, str) else None
-            messages.append(HumanMessage(content=text, name=author))
-        elif role in ("system", "developer"):
-            messages.append(SystemMessage(content=text))
-        else:
-            msg = f"message {number}: unknown role {role!r}"
-            raise ScanError(msg)
+        try:
+            messages.append(_from_openai_message(row, number, pending))
+        except ValidationError as error:  # fields of the wrong types
+            msg = f"message {number}: {_reason(error)}"
+            raise ScanError(msg) from error
     return messages
 
 
-def _arguments(raw: Any) -> Any:
+def _reason(error: Exception) -> str:
+    """Why data was refused: a validation error's first few fields and what is wrong with
+    each (without pydantic's links), any other error's message."""
+    if not isinstance(error, ValidationError):
+        return f"{type(error).__name__}: {error}"
+    fields = [f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors()]
+    more = f" (and {len(fields) - 3} more)" if len(fields) > 3 else ""
+    return "; ".join(fields[:3]) + more
+
+
+def _from_openai_message(
+    row: Mapping[str, Any], number: int, pending: list[tuple[str, str]]
+) -> BaseMessage:
+    """One OpenAI chat message; `pending` holds the calls not yet answered."""
+    role, content = row.get("role"), row.get("content")
+    text = (
+        content if isinstance(content, (str, list)) else ("" if content is None else str(content))
+    )
+    if role == "assistant":
+        calls: list[ToolCall] = []
+        recorded = row.get("tool_calls") or []
+        if not isinstance(recorded, list) or not all(isinstance(c, Mapping) for c in recorded):
+            msg = f"message {number}: 'tool_calls' must be a list of objects"
+            raise ScanError(msg)
+        for call in recorded:
+            function = call.get("function") or {}
+            if not isinstance(function, Mapping):
+                msg = f"message {number}: a tool call's 'function' must be an object"
+                raise ScanError(msg)
+            fresh = f"call-{number}-{len(calls)}"
+            pending.append((str(call.get("id")), fresh))
+            arguments = _arguments(function.get("arguments"))
+            name = str(function.get("name"))
+            calls.append({"name": name, "args": arguments, "id": fresh, "type": "tool_call"})
+        return AIMessage(content=text, tool_calls=calls)
+    if role == "tool":
+        match = [p for p in pending if p[0] == str(row.get("tool_call_id"))] or pending[:1]
+        if not match:
+            msg = f"message {number}: a tool result with no pending call"
+            raise ScanError(msg)
+        pending.remove(match[0])
+        status = "error" if row.get("is_error") else "success"
+        return ToolMessage(content=text, tool_call_id=match[0][1], status=status)
+    if role == "user":  # its name tells the guard's own steer from a user's request
+        author = row.get("name")
+        return HumanMessage(content=text, name=author if isinstance(author, str) else None)
+    if role in ("system", "developer"):
+        return SystemMessage(content=text)
+    msg = f"message {number}: unknown role {role!r}"
+    raise ScanError(msg)
+
+
+def malformed(conversation: Conversation) -> ScanError | None:
+    """The first message of a conversation that is not a valid message, as the error of its
+    thread. Only a checkpoint's can be: the serializer builds a message whose stored fields
+    do not validate without validating them (pydantic's `model_construct`)."""
+    for number, message in enumerate(conversation.messages, start=1):
+        try:
+            type(message).model_validate(message.__dict__)
+        except Exception as error:  # pydantic's, or what a message's own validators raise
+            what = f"message {number} is not a valid {type(message).__name__}"
+            return ScanError(f"{conversation.name}: {what}: {_reason(error)}", part="thread")
+    return None
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    """A call's arguments, as an object: anything else (text that is not a JSON object, a
+    list) is kept whole under `$unparsed`, still comparable: identical text, identical args."""
+    if raw is None:
+        return {}
+    parsed = raw
     if isinstance(raw, str):
         try:
-            return json.loads(raw)
+            parsed = _json(raw)
         except json.JSONDecodeError:
-            return {"$unparsed": raw}  # still comparable: identical text, identical args
-    return raw if raw is not None else {}
+            parsed = None
+    return dict(parsed) if isinstance(parsed, Mapping) else {"$unparsed": raw}
 
 
 # --- LangGraph checkpoint databases -----------------------------------------------------------
@@ -357,7 +493,11 @@ def _sqlite(path: Path) -> Iterator[_Database]:
         raise ScanError(f"cannot open: {error}") from error
 
     def threads(after: str, limit: int) -> list[str]:
-        return [str(row[0]) for row in connection.execute(_THREADS.format("?"), (after, limit))]
+        try:
+            return [str(row[0]) for row in connection.execute(_THREADS.format("?"), (after, limit))]
+        except UnicodeDecodeError as error:  # a damaged file: its listing cannot go on
+            msg = f"a thread id is not UTF-8 text: {error}"
+            raise sqlite3.DataError(msg) from error
 
     try:
         yield _Database(path.name, SqliteSaver(connection, serde=serde), threads, (sqlite3.Error,))
@@ -400,6 +540,19 @@ def _postgres(url: str) -> Iterator[_Database]:
         connection.close()
 
 
+@contextmanager
+def _checkpoints(
+    open_database: Callable[[], AbstractContextManager[_Database]],
+) -> Iterator[_Database]:
+    """An open checkpoint database whose driver's errors say it cannot be read as one."""
+    with open_database() as database:
+        try:
+            yield database
+        except database.errors as error:
+            msg = f"not a LangGraph checkpoint database: {error}"
+            raise ScanError(msg) from error
+
+
 def _read_checkpoints(
     open_database: Callable[[], AbstractContextManager[_Database]],
     threads: Sequence[str] | None,
@@ -408,14 +561,9 @@ def _read_checkpoints(
 
     A thread that cannot be read is an error of its own; the others are still read.
     """
-    with open_database() as database:
-        try:
-            for thread_id in _each_thread(database, threads):
-                yield _read_thread(database, thread_id)
-        except database.errors as error:
-            detail = " ".join(str(error).split())
-            msg = f"not a LangGraph checkpoint database: {detail}"
-            raise ScanError(msg) from error
+    with _checkpoints(open_database) as database:
+        for thread_id in _each_thread(database, threads):
+            yield _read_thread(database, thread_id)
 
 
 def _each_thread(database: _Database, threads: Sequence[str] | None) -> Iterator[str]:
@@ -441,12 +589,17 @@ def _read_thread(database: _Database, thread_id: str) -> Conversation | ScanErro
     except database.errors:
         raise  # the database itself: not one thread's problem
     except Exception as error:  # data the safe serializer refuses, or does not know
-        return ScanError(f"thread {thread_id!r} cannot be read: {type(error).__name__}: {error}")
+        reason = f"thread {thread_id!r} cannot be read: {type(error).__name__}: {error}"
+        return ScanError(reason, part="thread")
     if found is None:
         return ScanError(f"no thread {thread_id!r} in this checkpoint database")
-    messages = found.checkpoint.get("channel_values", {}).get("messages", [])
+    # A checkpoint is a mapping whose channel values hold the messages; a damaged row may
+    # hold anything.
+    checkpoint = found.checkpoint
+    values = checkpoint.get("channel_values", {}) if isinstance(checkpoint, Mapping) else None
+    messages = values.get("messages", []) if isinstance(values, Mapping) else None
     if not isinstance(messages, list):
-        return ScanError(f"thread {thread_id!r}: its 'messages' are not a list")
+        return ScanError(f"thread {thread_id!r} holds no list of messages", part="thread")
     # Values the serializer refused to restore stay inert data, and are left out.
     kept = [message for message in messages if isinstance(message, BaseMessage)]
     return Conversation(f"{database.name}:{thread_id}", kept, _time_of(found.checkpoint.get("ts")))

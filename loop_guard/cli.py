@@ -19,11 +19,21 @@ from loop_guard._config import ENV_PREFIX, LoopGuardConfig, layered_config, pars
 _SETTING = "setting_"  # the argparse dest prefix of the LoopGuardConfig flags
 
 
+EXIT_BUG = 70  # sysexits.h's EX_SOFTWARE: an error in loop-guard itself
+_EXIT_STATUS = (
+    "Exit status, added up: 1 when the guard would have stepped in (scan only), 2 when a "
+    "source could not be read (or a setting is wrong), 4 when parts of a source (threads, "
+    "lines) could not be read and the rest was reported; 0 when none of these. Each "
+    "unreadable source, thread or line is named on standard error. 70: a bug in loop-guard."
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and run a subcommand; returns the exit status.
 
     Output piped into a reader that stops early (`loop-guard demo | head`) ends the
-    command quietly, as other command-line tools do.
+    command quietly, as other command-line tools do. A bug in loop-guard is one line on
+    standard error and status 70; LOOP_GUARD_DEBUG=1 shows its traceback instead.
     """
     try:
         return _main(argv)
@@ -33,6 +43,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:
+        return 130  # a shell's status for a command ended by Ctrl-C
+    except Exception as error:
+        if os.environ.get("LOOP_GUARD_DEBUG", "") not in ("", "0"):
+            raise
+        print(
+            f"loop-guard: internal error, a bug in loop-guard: {_one_line(error)} "
+            "(rerun with LOOP_GUARD_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_BUG
+
+
+def _one_line(error: BaseException) -> str:
+    """An exception's type and message, on one line."""
+    return " ".join(f"{type(error).__name__}: {error}".split())
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -58,9 +84,7 @@ def _main(argv: Sequence[str] | None) -> int:
         help="replay recorded conversations: where would the guard have stepped in?",
         description="Replay conversation files, LangGraph SQLite checkpoint databases and "
         "LangGraph PostgreSQL checkpointers (postgresql://user@host:5432/db) through the guard. "
-        "Exit status: 0 when the guard would not have stepped in, 1 when it would have (a "
-        "steer, a block or a stop), 2 when a file or a thread could not be read, 3 when "
-        "both (1 + 2: a flagged conversation is never hidden by an unreadable one).",
+        + _EXIT_STATUS,
     )
     scan.add_argument(
         "paths",
@@ -79,8 +103,8 @@ def _main(argv: Sequence[str] | None) -> int:
         "report",
         help="a fleet report: how often recorded threads looped, what it cost, and where",
         description="Scan every thread of the sources (what `loop-guard scan` reads) into one "
-        "self-contained HTML page and, with --json, the same numbers for dashboards. Exit "
-        "status: 0, or 2 when a source or a thread could not be read (each is named).",
+        "self-contained HTML page and, with --json, the same numbers for dashboards. "
+        + _EXIT_STATUS,
     )
     report.add_argument("paths", nargs="+", metavar="PATH|URL",
                         help="as for `loop-guard scan`; a folder: every file in it")  # fmt: skip
@@ -104,7 +128,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "report":
         return _report(args)
     try:
-        from loop_guard.demo import run_demo
+        from loop_guard.demo import ModelError, run_demo
     except ImportError as error:
         print(
             f"loop-guard demo needs the `agents` extra ({error}): "
@@ -120,14 +144,17 @@ def _main(argv: Sequence[str] | None) -> int:
         model = init_chat_model(args.model)
     except Exception as error:  # a missing provider package or key: say so, no traceback
         print(
-            f"loop-guard: cannot start the model {args.model!r}: {error}\n"
-            "Install its provider package (for example `pip install langchain-openai`) and "
-            "set its API key (for example OPENAI_API_KEY), or run `loop-guard demo` "
-            "without --model.",
+            f"loop-guard demo: cannot start the model {args.model!r}: {_one_line(error)} "
+            "(or run `loop-guard demo` without --model: offline, no key)",
             file=sys.stderr,
         )
         return 2
-    return run_demo(model=model)
+    try:
+        return run_demo(model=model)
+    except ModelError as error:  # the provider refused or could not be reached
+        print(f"loop-guard demo: the model {args.model!r} ({type(model).__name__}) failed: "
+              f"{_one_line(error.__cause__ or error)}", file=sys.stderr)  # fmt: skip
+        return 2
 
 
 def _scan(args: argparse.Namespace) -> int:

@@ -51,6 +51,26 @@ UNGUARDED_LIMIT = 200
 """Recursion limit for the unguarded run; `create_agent` itself allows 9,999 steps."""
 
 
+class ModelError(Exception):
+    """The chat model given to the demo failed (its provider refused the call or could not be
+    reached); the provider's own error is its `__cause__`."""
+
+
+def _model_failures() -> Any:
+    """The innermost middleware: what the model call itself raises becomes a `ModelError`,
+    told apart from an error of the agent or of the guard around it."""
+    from langchain.agents.middleware import wrap_model_call
+
+    @wrap_model_call
+    def model_failures(request: Any, handler: Any) -> Any:
+        try:
+            return handler(request)
+        except Exception as error:
+            raise ModelError(str(error)) from error
+
+    return model_failures
+
+
 @dataclass
 class Outcome:
     """What one run cost."""
@@ -473,7 +493,7 @@ def run_demo(out: TextIO = sys.stdout, model: BaseChatModel | None = None) -> in
 
     if model is not None:
         heading(f"Your model, guarded by LoopGuardMiddleware — task: {TASK!r}")
-        print_timeline(run_agent(model, [LoopGuardMiddleware()]), paint, out)
+        print_timeline(run_agent(model, [LoopGuardMiddleware(), _model_failures()]), paint, out)
         return 0
 
     heading("1. A stubborn agent WITHOUT loop_guard (create_agent, scripted model)")

@@ -25,10 +25,24 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from loop_guard._config import LoopGuardConfig
-from loop_guard._readers import ScanError, display_name, is_postgres_url, stream, thread_pages
+from loop_guard._readers import (
+    Reading,
+    ScanError,
+    display_name,
+    is_postgres_url,
+    stream,
+    thread_pages,
+)
 from loop_guard._values import NO_COST, LoopCost
 from loop_guard._window import Window
-from loop_guard.scan import Report, cost_json, scan_conversation
+from loop_guard.scan import (
+    EXIT_UNREADABLE,
+    Report,
+    cost_json,
+    exit_status,
+    scan_conversation,
+    scan_each,
+)
 
 __all__ = ["FleetReport", "Outcome", "build_report", "run_report"]
 
@@ -187,6 +201,7 @@ class FleetReport:
     changed_count: int = 0
     changed: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # why sources or threads were unreadable
+    readings: dict[str, Reading] = field(default_factory=dict)  # what was read of each source
 
     def add(self, other: FleetReport) -> None:
         """Add the report of other threads, made with the same configurations."""
@@ -194,6 +209,8 @@ class FleetReport:
         self.span(other.first)
         self.span(other.last)
         self.unreadable += other.unreadable
+        for source, reading in other.readings.items():
+            self.readings.setdefault(source, Reading()).add(reading)
         self.errors = [*self.errors, *other.errors][:_ERRORS_KEPT]
         if self.compared is not None and other.compared is not None:
             self.compared.add(other.compared)
@@ -295,25 +312,25 @@ class _Job:
 
     def scan(self, piece: _Piece) -> FleetReport:
         report = self.empty()
-        try:
-            for item in stream(piece.source, piece.threads, self.window):
-                if isinstance(item, ScanError):
-                    report.unreadable += 1
-                    report.errors.append(f"{display_name(piece.source)}: {item}")
-                    continue
-                report.span(item.updated)
-                ours = scan_conversation(self.config, item)
-                before = report.tally.count(ours)
-                if self.compare is not None and report.compared is not None:
-                    theirs = scan_conversation(self.compare[1], item)
-                    after = report.compared.count(theirs)
-                    if before != after:
-                        report.changed_count += 1
-                        change = _change(item.name, (before, ours), (after, theirs))
-                        report.changed = _biggest_changes([*report.changed, change])
-        except ScanError as error:
-            report.unreadable += 1
-            report.errors.append(f"{display_name(piece.source)}: {error}")
+        name = display_name(piece.source)
+        reading = report.readings[name] = Reading()
+        for scanned in scan_each(self.config, stream(piece.source, piece.threads, self.window)):
+            if isinstance(scanned, ScanError):
+                reading.count(scanned)
+                report.unreadable += 1
+                report.errors.append(f"{name}: {scanned}")
+                continue
+            item, ours = scanned
+            reading.count(item)
+            report.span(item.updated)
+            before = report.tally.count(ours)
+            if self.compare is not None and report.compared is not None:
+                theirs = scan_conversation(self.compare[1], item)
+                after = report.compared.count(theirs)
+                if before != after:
+                    report.changed_count += 1
+                    change = _change(item.name, (before, ours), (after, theirs))
+                    report.changed = _biggest_changes([*report.changed, change])
         report.errors = report.errors[:_ERRORS_KEPT]
         return report
 
@@ -346,8 +363,9 @@ def _pieces(sources: Sequence[Path | str]) -> Iterator[_Piece]:
     database's threads (listed as the work goes on)."""
     for source in sources:
         if not is_postgres_url(str(source)) and Path(source).is_dir():
-            for found in sorted(p for p in Path(source).rglob("*") if p.is_file()):
-                yield _Piece(str(found))
+            files = sorted(p for p in Path(source).rglob("*") if p.is_file())
+            # A folder without files is a source that cannot be read: its scan says so.
+            yield from (_Piece(str(found)) for found in files) if files else [_Piece(str(source))]
             continue
         try:
             pages = thread_pages(source, _PAGE)
@@ -438,8 +456,10 @@ def run_report(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Build the report and write its page and its JSON (`-` for standard output); 0 when
-    every source was read, 2 when one could not be (each is named, with the reason)."""
+    """Build the report and write its page and its JSON (`-` for standard output); the exit
+    status (`loop_guard.scan.exit_status`): 0 when every source was read, plus 2 when one could
+    not be, plus 4 when parts of one (threads, lines) could not be (each is named, with the
+    reason). Nothing is written when nothing could be read."""
     from loop_guard._report_page import render_page
 
     out, err = out or sys.stdout, err or sys.stderr
@@ -456,20 +476,28 @@ def run_report(
     if report.unreadable > len(report.errors):
         print(f"loop-guard report: {report.unreadable - len(report.errors)} more could not be "
               "read", file=err)  # fmt: skip
+    for name, reading in report.readings.items():
+        if (summary := reading.summary()) is not None:
+            print(f"loop-guard report: {name}: {summary}", file=err)
+    status = exit_status(False, report.readings.values())
+    if report.unreadable and not report.tally.threads:
+        return status  # a report of nothing would only hide that nothing was read
     numbers = report.to_json()
-    if html is not None:
-        html.write_text(render_page(numbers), encoding="utf-8")
-    if json_out is not None:
-        text = json.dumps(numbers, indent=2)
-        if str(json_out) == "-":
-            print(text, file=out)
-        else:
-            json_out.write_text(text + "\n", encoding="utf-8")
+    try:
+        if html is not None:
+            html.write_text(render_page(numbers), encoding="utf-8")
+        if json_out is not None and str(json_out) != "-":
+            json_out.write_text(json.dumps(numbers, indent=2) + "\n", encoding="utf-8")
+    except OSError as error:
+        print(f"loop-guard report: cannot write {error.filename}: {error.strerror}", file=err)
+        return status | EXIT_UNREADABLE
+    if str(json_out) == "-":
+        print(json.dumps(numbers, indent=2), file=out)
     if html is not None and str(json_out) != "-":
         looped = numbers["threads"] - numbers["outcomes"]["clean"]
         print(f"{html}: {numbers['threads']:,} threads, {looped:,} would have been steered "
               "or more", file=out)  # fmt: skip
-    return 2 if report.unreadable else 0
+    return status
 
 
 class _ProgressBar:

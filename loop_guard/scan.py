@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,10 +26,12 @@ from loop_guard._messages import GUARD_NAME, REPLY
 from loop_guard._readers import (
     CHECKPOINT_FLOOR,
     Conversation,
+    Reading,
     ScanError,
     display_name,
     is_postgres_url,
     load,
+    malformed,
     read,
 )
 from loop_guard._values import NO_COST, Call, Charge, Decision, LoopCost, Proceed, Stop
@@ -39,21 +41,43 @@ __all__ = [
     "CHECKPOINT_FLOOR",
     "EXIT_CLEAN",
     "EXIT_LOOP",
+    "EXIT_PARTLY_UNREADABLE",
     "EXIT_UNREADABLE",
     "Conversation",
     "Finding",
     "Report",
     "ScanError",
     "display_name",
+    "exit_status",
     "is_postgres_url",
     "load",
     "print_table",
     "run_scan",
     "scan_conversation",
+    "scan_each",
 ]
 
-EXIT_CLEAN, EXIT_LOOP, EXIT_UNREADABLE = 0, 1, 2
-"""The scan's exit status adds them: 3 is a loop found and a source not read."""
+EXIT_CLEAN, EXIT_LOOP, EXIT_UNREADABLE, EXIT_PARTLY_UNREADABLE = 0, 1, 2, 4
+"""The exit status of a scan and of a report adds them up (`exit_status`): 1, the guard would
+have stepped in (the scan's only); 2, a source could not be read; 4, parts of a source (threads,
+lines) could not be read and the rest was. 5 is a loop found and a thread not read."""
+
+
+def exit_status(looped: bool, readings: Iterable[Reading]) -> int:
+    """The exit status of a scan or a report, from whether it found a loop and what it read
+    of each source.
+
+    Examples:
+        >>> clean, partly = Reading(conversations=3), Reading(conversations=2, parts_unreadable=1)
+        >>> exit_status(True, [clean, partly])
+        5
+    """
+    readings = list(readings)
+    return (
+        (EXIT_LOOP if looped else EXIT_CLEAN)
+        + (EXIT_UNREADABLE if any(r.unreadable for r in readings) else 0)
+        + (EXIT_PARTLY_UNREADABLE if any(r.partly_unreadable for r in readings) else 0)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +190,25 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
     return report
 
 
+def scan_each(
+    config: LoopGuardConfig, items: Iterable[Conversation | ScanError]
+) -> Iterator[tuple[Conversation, Report] | ScanError]:
+    """Each conversation read with its scan, and each error: those read, and a conversation
+    whose messages are not valid messages (a damaged checkpoint's). The scan failing on valid
+    messages is a bug, and raised."""
+    for item in items:
+        if isinstance(item, ScanError):
+            yield item
+            continue
+        try:
+            yield item, scan_conversation(config, item)
+        except Exception:
+            error = malformed(item)
+            if error is None:
+                raise
+            yield error
+
+
 def _after_stop(request: Sequence[BaseMessage], key: str) -> LoopCost:
     """What a recorded request spent after the response the guard would have stopped it
     at: the model calls, their tokens and the tool runs a stop saves."""
@@ -270,28 +313,30 @@ def run_scan(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Scan files and databases (paths, or PostgreSQL URLs); 0 when the guard would not have
-    stepped in, 1 when it would, 2 when a file or a thread could not be read (each is named
-    with the reason), 3 when both. `window`: only the threads last changed in it."""
+    """Scan files and databases (paths, or PostgreSQL URLs); the exit status (`exit_status`):
+    0 when the guard would not have stepped in, 1 when it would, plus 2 when a source could
+    not be read, plus 4 when parts of one could not be (each is named with the reason).
+    `window`: only the threads last changed in it."""
     out, err = out or sys.stdout, err or sys.stderr
     reports: list[Report] = []
-    unreadable = False
+    readings: list[Reading] = []
     progress = err.isatty() and len(paths) > 1
     for number, source in enumerate(paths, start=1):
         name = display_name(source)
         if progress:
             short = name if is_postgres_url(name) else Path(name).name
             print(f"\rscanning {number}/{len(paths)}: {short[:50]:<50}", end="", file=err)
-        try:
-            items = read(source, thread, window)
-        except ScanError as error:
-            items = [error]
-        for item in items:
-            if isinstance(item, ScanError):
-                unreadable = True
-                print(f"loop-guard scan: {name}: {item}", file=err)
+        reading = Reading()
+        for scanned in scan_each(config, read(source, thread, window)):
+            if isinstance(scanned, ScanError):
+                reading.count(scanned)
+                print(f"loop-guard scan: {name}: {scanned}", file=err)
             else:
-                reports.append(scan_conversation(config, item))
+                reading.count(scanned[0])
+                reports.append(scanned[1])
+        if (summary := reading.summary()) is not None:
+            print(f"loop-guard scan: {name}: {summary}", file=err)
+        readings.append(reading)
     if progress:
         print("\r" + " " * 72 + "\r", end="", file=err)
     if as_json:
@@ -299,5 +344,4 @@ def run_scan(
         print(file=out)
     elif reports:
         print_table(reports, out)
-    looped = any(r.findings for r in reports)
-    return (EXIT_LOOP if looped else EXIT_CLEAN) + (EXIT_UNREADABLE if unreadable else 0)
+    return exit_status(any(r.findings for r in reports), readings)
