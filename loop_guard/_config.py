@@ -105,14 +105,14 @@ class LoopGuardConfig:
 
     Attributes:
         enabled: Master switch. A disabled guard never steers, blocks or stops.
-        warn_threshold: Streak of identical steps that triggers the steer message.
+        warn_threshold: The streak of identical steps that steers.
         block_threshold: The Nth identical call is blocked; must be greater than
             `warn_threshold`.
-        abort_threshold: Blocks within one request before the request ends.
+        abort_threshold: Blocks within one request before the stop.
         ignore_tools: Tool names the guard never counts or blocks.
         ignore_errors: When true, error results are invisible: they neither count nor
             reset a streak.
-        use_terminate: When true, a batch whose every call was blocked also ends the
+        use_terminate: When true, a batch whose every call was blocked also stops the
             request.
         detect_cycles: Catch a sequence of 2..`max_cycle_period` steps repeated with
             identical calls and results (`read(A) -> bash(cmd) -> read(A) -> ...`):

@@ -284,7 +284,7 @@ def _missing(what: str, package: str, extra: str, error: ImportError) -> ScanErr
 
 
 def _safe_serializer(extra: str) -> SerializerProtocol:
-    """LangGraph's serializer, refusing every object it was not built to restore.
+    """LangGraph's serializer, rejecting every object it was not built to restore.
 
     Its defaults would import and call whatever a msgpack checkpoint names (GHSA-g48c-2wqr-h844
     leaves that opt-in): a database from elsewhere must never run code here.
@@ -417,13 +417,13 @@ def _read_thread(database: _Database, thread_id: str) -> Conversation | ScanErro
         found = database.saver.get_tuple(config)
     except database.errors:
         raise  # the database itself: not one thread's problem
-    except Exception as error:  # data the safe serializer refuses, or does not know
+    except Exception as error:  # data the safe serializer rejects, or does not know
         return ScanError(f"thread {thread_id!r} cannot be read: {type(error).__name__}: {error}")
     if found is None:
         return ScanError(f"no thread {thread_id!r} in this checkpoint database")
     messages = found.checkpoint.get("channel_values", {}).get("messages", [])
     if not isinstance(messages, list):
         return ScanError(f"thread {thread_id!r}: its 'messages' are not a list")
-    # Values the serializer refused to restore stay inert data, and are left out.
+    # Values the serializer would not restore stay inert data, and are left out.
     kept = [message for message in messages if isinstance(message, BaseMessage)]
     return Conversation(f"{database.name}:{thread_id}", kept)

@@ -223,7 +223,7 @@ def _scan_config(args: argparse.Namespace, environ: Mapping[str, str]) -> LoopGu
     """Flags, over `--pi`, over the LOOP_GUARD_* variables, over the defaults.
 
     Unlike a guard, which disables itself on a bad variable and lets the agent run, the
-    scan refuses: a disabled guard would report every conversation as clean.
+    scan will not run: a disabled guard would report every conversation as clean.
     """
     flags: dict[str, Any] = {}
     for field in dataclasses.fields(LoopGuardConfig):

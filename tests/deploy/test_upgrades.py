@@ -48,11 +48,11 @@ def build(checkpointer: Any, *, approval: bool) -> Any:
 
 
 def runs_before_block(messages: list[BaseMessage]) -> int:
-    """Tool runs before the guard's first refusal."""
-    refused = {id(m) for m in blocked(messages)}
+    """Tool runs before the guard's first block."""
+    blocks = {id(m) for m in blocked(messages)}
     runs = 0
     for message in messages:
-        if id(message) in refused:
+        if id(message) in blocks:
             return runs
         runs += isinstance(message, ToolMessage)
     return runs

@@ -74,7 +74,7 @@ def test_an_app_that_never_configured_logging_gets_no_stray_warning() -> None:
     assert quiet.stderr == ""
     configured = python(AGENT.format(setup="logging.basicConfig(level=logging.INFO)"))
     assert configured.returncode == 0, configured.stderr
-    assert "loop guard abort: tool=read_file" in configured.stderr
+    assert "loop guard stop: tool=read_file" in configured.stderr
     assert "loop guard warn: tool=read_file" in configured.stderr
 
 
