@@ -144,7 +144,7 @@ def measure(
     }
     samples = interleave(variants, rounds)
     stats = guard.stats
-    if stats.blocks or stats.warnings:
+    if stats.blocks or stats.steers:
         raise RuntimeError("the benchmark's calls must be healthy (no steer, no block)")
     return samples
 

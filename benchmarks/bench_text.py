@@ -163,7 +163,7 @@ def guard_spoke(middleware: Guard) -> bool:
     if middleware is None:
         return False
     stats = middleware.guard.stats
-    return bool(stats.warnings or stats.blocks or stats.aborts)
+    return bool(stats.steers or stats.blocks or stats.stops)
 
 
 # ---------------------------------------------------------------------------- sections

@@ -49,7 +49,7 @@ VARIANTS = {
 TARGET = 0.05
 """The most the check may add to the streamed run, as a share of it."""
 
-_SPOKE = ("warnings", "blocks", "aborts", "terminations", "errors")
+_SPOKE = ("steers", "blocks", "stops", "errors")
 """The guard's counters that must stay at zero on a healthy reply."""
 
 

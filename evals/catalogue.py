@@ -161,24 +161,24 @@ def never_blocked(*, steers: int = 0) -> Callable[[Any], None]:
     """No block and no stop; at most `steers` steers."""
 
     def check(events: list[tuple[int, str, str | None]]) -> None:
-        assert [e for e in events if e[1] != "warn"] == []
+        assert [e for e in events if e[1] != "steer"] == []
         assert len(events) <= steers, events
 
     return check
 
 
 def steered_and_stopped(
-    warn_by: int, block_by: int, stop_by: int | None = None
+    steer_by: int, block_by: int, stop_by: int | None = None
 ) -> Callable[[Any], None]:
-    """A steer no later than call `warn_by`, a block no later than `block_by`, then a stop
+    """A steer no later than call `steer_by`, a block no later than `block_by`, then a stop
     (no later than `stop_by`, when given)."""
 
     def check(events: list[tuple[int, str, str | None]]) -> None:
         kinds = [kind for _, kind, _ in events]
-        assert "warn" in kinds, events
+        assert "steer" in kinds, events
         assert "block" in kinds, events
-        assert kinds[-1] == "abort", events
-        assert next(i for i, kind, _ in events if kind == "warn") <= warn_by, events
+        assert kinds[-1] == "stop", events
+        assert next(i for i, kind, _ in events if kind == "steer") <= steer_by, events
         assert next(i for i, kind, _ in events if kind == "block") <= block_by, events
         assert stop_by is None or events[-1][0] <= stop_by, events
 
@@ -195,7 +195,8 @@ MISSING = call("read", path="missing.md")
 def stop_ladder(steer_at: int, first_block: int, reason: str) -> Callable[[Any], None]:
     """Exactly the ladder: a steer, three blocks in a row, and the stop at the third."""
     blocks = [(first_block + n, "block", reason) for n in range(3)]
-    return events_are((steer_at, "warn", reason), *blocks, (first_block + 2, "abort", None))
+    stop = (first_block + 2, "stop", "abort_threshold")
+    return events_are((steer_at, "steer", reason), *blocks, stop)
 
 
 PI_STOP = stop_ladder(3, 5, "repeat")
@@ -207,7 +208,7 @@ SCENARIOS = [
     Scenario(
         "A1 identical call, same result",
         _repeat([call("run", command="grep foo")], 30),
-        steered_and_stopped(warn_by=3, block_by=5),
+        steered_and_stopped(steer_by=3, block_by=5),
     ),
     Scenario(
         "A2 identical failing call, same error",
@@ -217,22 +218,22 @@ SCENARIOS = [
     Scenario(
         "A4 volatile result, by default: a near-repeat",
         _repeat([call("run", command="date")], 12),
-        steered_and_stopped(warn_by=5, block_by=7),
+        steered_and_stopped(steer_by=5, block_by=7),
     ),
     Scenario(
         "A5 a process still running, in fresh session ids and pids",
         _repeat([call("run", command="wait")], 12),
-        steered_and_stopped(warn_by=5, block_by=7),
+        steered_and_stopped(steer_by=5, block_by=7),
     ),
     Scenario(
         "A16 the same message sent again, fresh ids in every reply",
         _repeat([call("send", to="ops", text="deploy done")], 21),
-        steered_and_stopped(warn_by=5, block_by=7),
+        steered_and_stopped(steer_by=5, block_by=7),
     ),
     Scenario(
         "A17 the same call once per user turn",
         _repeat([call("read", path="a.py")], 4),
-        events_are((3, "warn", "interleaved"), (4, "warn", "interleaved")),
+        events_are((3, "steer", "interleaved"), (4, "steer", "interleaved")),
         requests=(1, 1, 1, 1),
     ),
     Scenario(
@@ -243,24 +244,24 @@ SCENARIOS = [
             [call("read", path="a.py")],
             [call("read", path="a.py")],
         ],
-        events_are((4, "warn", "interleaved")),
+        events_are((4, "steer", "interleaved")),
         requests=(1, 2, 1),
     ),
     Scenario(
         "A4 volatile result, normalised (opt-in)",
         _repeat([call("run", command="date")], 12),
-        steered_and_stopped(warn_by=3, block_by=5),
+        steered_and_stopped(steer_by=3, block_by=5),
         {"volatile_results": True},
     ),
     Scenario(
         "A10 identical parallel siblings",
         _repeat([MISSING, MISSING, MISSING], 6),
-        steered_and_stopped(warn_by=9, block_by=15),
+        steered_and_stopped(steer_by=9, block_by=15),
     ),
     Scenario(
         "A15 whole batch repeated",
         _repeat([call("read", path="a.py"), PONG], 8),
-        steered_and_stopped(warn_by=6, block_by=10),
+        steered_and_stopped(steer_by=6, block_by=10),
     ),
     # B. alternation and cycles
     Scenario(
@@ -291,7 +292,7 @@ SCENARIOS = [
     Scenario(
         "B4 edit/build cycle, zero net change",
         [[call("edit", path="f.c", old="missing", new="y")], [call("run", command="make")]] * 6,
-        steered_and_stopped(warn_by=6, block_by=10),
+        steered_and_stopped(steer_by=6, block_by=10),
     ),
     Scenario(
         "B5 edit/test with real edits, same red test",
@@ -308,23 +309,23 @@ SCENARIOS = [
     Scenario(
         "B6 rotation over three files",
         [[call("read", path=p)] for p in "abc"] * 5,
-        steered_and_stopped(warn_by=9, block_by=13),
+        steered_and_stopped(steer_by=9, block_by=13),
     ),
     Scenario(
         "B7 rotation over five calls, stable results",
         [[call("read", path=p)] for p in "abcde"] * 20,
-        steered_and_stopped(warn_by=15, block_by=25),
+        steered_and_stopped(steer_by=15, block_by=25),
     ),
     Scenario(
         "B7 rotation over six calls, stable results",
         [[c] for _ in range(17) for c in (*(call("read", path=p) for p in "abcde"), PONG)],
-        steered_and_stopped(warn_by=18, block_by=30),
+        steered_and_stopped(steer_by=18, block_by=30),
     ),
     # C. interleaved and non-consecutive repetition
     Scenario(
         "C2 dominant call between distinct reads",
         [t for n in range(4) for t in ([MISSING], [call("read", path=f"doc{n}.md")])][:-1],
-        events_are((5, "warn", "interleaved")),
+        events_are((5, "steer", "interleaved")),
     ),
     Scenario(
         "C5 unknown tool, varying args",
@@ -340,7 +341,7 @@ SCENARIOS = [
             [call("run", command="ls -la missing.md")],
             *_repeat([MISSING], 3),
         ],
-        steered_and_stopped(warn_by=3, block_by=8),
+        steered_and_stopped(steer_by=3, block_by=8),
     ),
     Scenario(
         "C7 failing read between distinct diagnostics",
@@ -350,7 +351,7 @@ SCENARIOS = [
             for t in ([MISSING], [call("run", command=f"grep -rn roadmap-{n} .")])
         ],
         # Steered at the 3rd read; the steer's backstop refuses the 10th: 9 reads run.
-        steered_and_stopped(warn_by=5, block_by=19, stop_by=23),
+        steered_and_stopped(steer_by=5, block_by=19, stop_by=23),
     ),
     Scenario(
         "C6 broken tool, any args, irregular order",
@@ -368,7 +369,7 @@ SCENARIOS = [
     Scenario(
         "C6 enumeration meeting the same error",
         [[call("fetch", issue=n)] for n in range(1, 5)],
-        events_are((4, "warn", "same_error")),
+        events_are((4, "steer", "same_error")),
     ),
     # D. must not trigger
     Scenario(
@@ -422,7 +423,7 @@ SCENARIOS = [
     Scenario(
         "D11 a new user message resets",
         _repeat([call("run", command="ls")], 6),
-        events_are((3, "warn", "repeat")),
+        events_are((3, "steer", "repeat")),
         requests=(4, 2),
     ),
     Scenario(
@@ -438,7 +439,7 @@ SCENARIOS = [
     Scenario(
         "C8 the same error naming each argument",
         [[call("get_plan", plan_id=f"P{1006 + n}")] for n in range(10)],
-        events_are((4, "warn", "same_error")),
+        events_are((4, "steer", "same_error")),
     ),
     Scenario(
         "D21 a sweep of shell checks that each exit 1: steered once at most",
@@ -481,11 +482,11 @@ SCENARIOS = [
             *_repeat([MISSING, call("read", path="x")], 1),
             [call("read", path="y.md")],
         ],
-        events_are((3, "warn", "repeat"), (6, "block", "repeat")),
+        events_are((3, "steer", "repeat"), (6, "block", "repeat")),
         {"use_terminate": True},
     ),
     Scenario(
-        "E9 steered once per streak", _repeat([MISSING], 4), events_are((3, "warn", "repeat"))
+        "E9 steered once per streak", _repeat([MISSING], 4), events_are((3, "steer", "repeat"))
     ),
 ]
 

@@ -51,7 +51,7 @@ class Row:
     kind: str
     first_loop_call: int | None
     calls: int
-    warn: int | None
+    steer: int | None
     block: int | None
     stop: int | None
 
@@ -60,8 +60,8 @@ class Row:
         """A loop steered no later than two calls after its labelled first loop call."""
         return (
             self.first_loop_call is not None
-            and self.warn is not None
-            and self.warn <= self.first_loop_call + 2
+            and self.steer is not None
+            and self.steer <= self.first_loop_call + 2
         )
 
 
@@ -72,19 +72,15 @@ def evaluate(traces: Path, config: LoopGuardConfig) -> list[Row]:
     for label in labels:
         [conversation] = load(traces / label["file"])
         report = scan_conversation(config, conversation)
-        first = {
-            name: (found.call_index if (found := report.first(*kinds)) else None)
-            for name, kinds in (("warn", ("warn",)), ("block", ("block",)))
-        }
-        stop = report.first("abort", "terminate")
+        steer, block, stop = (report.first(kind) for kind in ("steer", "block", "stop"))
         rows.append(
             Row(
                 file=label["file"].removesuffix(".json"),
                 kind=label["kind"],
                 first_loop_call=label.get("first_loop_call"),
                 calls=report.calls,
-                warn=first["warn"],
-                block=first["block"],
+                steer=None if steer is None else steer.call_index,
+                block=None if block is None else block.call_index,
                 stop=None if stop is None else stop.call_index,
             )
         )
@@ -100,7 +96,7 @@ def summary(rows: list[Row]) -> dict[str, Any]:
         "loops blocked": f"{sum(r.block is not None for r in loops)}/{len(loops)}",
         "loops stopped": f"{sum(r.stop is not None for r in loops)}/{len(loops)}",
         "healthy with a block (target 0)": sum(r.block is not None for r in healthy),
-        "healthy with a steer (target <= 1)": sum(r.warn is not None for r in healthy),
+        "healthy with a steer (target <= 1)": sum(r.steer is not None for r in healthy),
     }
 
 
@@ -114,7 +110,7 @@ def table(results: dict[str, list[Row]]) -> str:
     first = results[names[0]]
     for index, row in enumerate(first):
         cells = [
-            " / ".join("-" if v is None else str(v) for v in (r.warn, r.block, r.stop))
+            " / ".join("-" if v is None else str(v) for v in (r.steer, r.block, r.stop))
             for r in (results[name][index] for name in names)
         ]
         loop = "-" if row.first_loop_call is None else str(row.first_loop_call)
@@ -133,8 +129,8 @@ def catalogue_row(scenario: Scenario, config: LoopGuardConfig) -> tuple[str, boo
     recorder = Recorder()
     via_middleware(scenario, recorder, Counter(), config)
     firsts = [
-        next((index for index, kind, _ in recorder.events if kind in kinds), None)
-        for kinds in (("warn",), ("block",), ("abort", "terminate"))
+        next((index for index, event, _ in recorder.events if event == kind), None)
+        for kind in ("steer", "block", "stop")
     ]
     try:
         scenario.expect(recorder.events)
@@ -186,7 +182,12 @@ def baseline(traces: Path, checkout: Path) -> tuple[str, list[Row]]:
         ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    return f"default at {commit}", [Row(**row) for row in json.loads(done.stdout)]
+    # Versions that called the steer `warn` named its column so.
+    rows = [
+        {"steer" if k == "warn" else k: v for k, v in row.items()}
+        for row in json.loads(done.stdout)
+    ]
+    return f"default at {commit}", [Row(**row) for row in rows]
 
 
 def main(argv: list[str] | None = None) -> int:

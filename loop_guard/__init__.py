@@ -1,8 +1,8 @@
 """loop_guard: stop LangChain and LangGraph agents that repeat the same tool call.
 
 The guard recognises one signature: the same tool, called with the same arguments,
-returning the same result. It steers the model first, then refuses the call, then
-ends the request cleanly. Calls with other arguments, or whose results change, are
+returning the same result. It steers the model first, then blocks the call, then
+stops the request cleanly. Calls with other arguments, or whose results change, are
 never touched.
 
 The core (`LoopGuard`, its `Session`s, settings and values) needs no framework: the
@@ -17,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import importlib
+import warnings
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
@@ -38,13 +39,13 @@ from loop_guard._values import (
     Decision,
     Judged,
     LoopCost,
-    LoopGuardAbort,
+    LoopGuardStop,
     Proceed,
     Reason,
     Result,
     Steer,
     Stop,
-    StopKind,
+    StopReason,
 )
 from loop_guard._volatile import normalize_fresh, normalize_volatile
 
@@ -85,7 +86,6 @@ __all__ = [
     "Judged",
     "LoopCost",
     "LoopGuard",
-    "LoopGuardAbort",
     "LoopGuardCallbackHandler",
     "LoopGuardConfig",
     "LoopGuardConfigWarning",
@@ -93,6 +93,7 @@ __all__ = [
     "LoopGuardNode",
     "LoopGuardOptions",
     "LoopGuardState",
+    "LoopGuardStop",
     "Normalizer",
     "Proceed",
     "Reason",
@@ -101,7 +102,7 @@ __all__ = [
     "Session",
     "Steer",
     "Stop",
-    "StopKind",
+    "StopReason",
     "TextWatch",
     "ToolPolicy",
     "aupgrade_thread",
@@ -129,7 +130,16 @@ _ADAPTERS = {
 }
 
 
+# Names earlier versions used, for one release: each use warns and gives the name now.
+_RETIRED = {"LoopGuardAbort": "LoopGuardStop", "StopKind": "StopReason"}
+
+
 def __getattr__(name: str) -> Any:
+    current = _RETIRED.get(name)
+    if current is not None:
+        message = f"loop_guard.{name} is deprecated: use loop_guard.{current}"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return globals()[current]
     module = _ADAPTERS.get(name)
     if module is None:
         msg = f"module {__name__!r} has no attribute {name!r}"

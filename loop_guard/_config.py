@@ -130,14 +130,14 @@ class LoopGuardConfig:
 
     Attributes:
         enabled: Master switch. A disabled guard never steers, blocks or stops.
-        warn_threshold: Streak of identical steps that triggers the steer message.
+        warn_threshold: The streak of identical steps that steers.
         block_threshold: The Nth identical call is blocked; must be greater than
             `warn_threshold`.
-        abort_threshold: Blocks within one request before the request ends.
+        abort_threshold: Blocks within one request before the stop.
         ignore_tools: Tool names the guard never counts or blocks.
         ignore_errors: When true, error results are invisible: they neither count nor
             reset a streak.
-        use_terminate: When true, a batch whose every call was blocked also ends the
+        use_terminate: When true, a batch whose every call was blocked also stops the
             request.
         detect_cycles: Catch a sequence of 2..`max_cycle_period` steps repeated with
             identical calls and results (`read(A) -> bash(cmd) -> read(A) -> ...`):
@@ -398,12 +398,12 @@ class LoopGuardOptions(TypedDict, total=False):
     Attributes:
         enabled: Master switch (`True`).
         warn_threshold: Identical steps in a row that steer the model (3).
-        block_threshold: The Nth identical call is refused; above `warn_threshold` (5).
-        abort_threshold: Refusals in one request before the request ends (3).
-        ignore_tools: Tool names never counted or refused: names, or one comma-separated
+        block_threshold: The Nth identical call is blocked; above `warn_threshold` (5).
+        abort_threshold: Blocks in one request before the request stops (3).
+        ignore_tools: Tool names never counted or blocked: names, or one comma-separated
             string (none).
         ignore_errors: Error results neither count nor reset a streak (`False`).
-        use_terminate: A batch whose every call was refused ends the request too (`False`).
+        use_terminate: A batch whose every call was blocked stops the request too (`False`).
         detect_cycles: Catch a sequence of calls repeated lap after lap (`True`).
         max_cycle_period: The longest cycle looked for, in steps (6).
         detect_interleaved: Steer a call and result that keep coming back between other
@@ -412,7 +412,7 @@ class LoopGuardOptions(TypedDict, total=False):
         escalate_ignored: A return to a call the model was steered away from resumes its
             streak (`True`).
         backstop_threshold: The Nth identical call of a steered call in one request is
-            refused, however spread out (10).
+            blocked, however spread out (10).
         detect_unknown_tools: Calls to a missing tool count as one call (`True`).
         detect_same_error: A tool failing the same way for varied args counts as one
             call (`True`).
@@ -422,7 +422,7 @@ class LoopGuardOptions(TypedDict, total=False):
             nonces count as unchanged (`False`).
         fresh_results: Results differing only in what is fresh on every call are
             near-repeats (`True`).
-        near_repeat_patience: How many calls later near-repeats are steered and refused
+        near_repeat_patience: How many calls later near-repeats are steered and blocked
             than exact repeats (2).
         dedupe_siblings: Identical calls in one model response run once (`False`).
         detect_repeated_text: A reply that keeps repeating its own text is cut, steered

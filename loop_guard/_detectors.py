@@ -1,8 +1,8 @@
 """The detectors: each looks at a request's state for one kind of loop.
 
-A steer detector looks at a newly counted step, a refusal detector at a call about to
+A steer detector looks at a newly counted step, a block detector at a call about to
 run. Each returns its decision, or `None` when the loop it knows is not there; the
-engine tries them in the order of `STEERS` and `REFUSALS`, and the first that fires
+engine tries them in the order of `STEERS` and `BLOCKS`, and the first that fires
 wins. A detector that fires records on the state (a private copy the engine hands it)
 what keeps it from firing again for the same loop.
 
@@ -18,7 +18,7 @@ The most specific evidence comes first: a streak is a cycle of one step and an
 interleaved repeat with nothing between, and a step going round a cycle is the cycle's
 to judge even before it has gone round often enough to steer.
 
-Refusals, in order: `streak_block` (the streak past its block threshold),
+Blocks, in order: `streak_block` (the streak past its block threshold),
 `cycle_block` (a call going on with a cycle past its block threshold), `backstop` (a
 steered call returned to once too often).
 """
@@ -50,7 +50,7 @@ SteerDetector = Callable[
 """(config, state, the counted step, its call, the tool's steer threshold, the cycle
 the steps go round, whether the step returns to a steered call) -> its steer."""
 
-RefusalDetector = Callable[[LoopGuardConfig, RequestState, Call, str, Cycle | None], Block | None]
+BlockDetector = Callable[[LoopGuardConfig, RequestState, Call, str, Cycle | None], Block | None]
 """(config, state, the call, the args fingerprint it is judged by, the cycle the steps
 go round) -> its block."""
 
@@ -233,8 +233,8 @@ def backstop(
     return None
 
 
-REFUSALS: tuple[RefusalDetector, ...] = (streak_block, cycle_block, backstop)
-"""The refusal detectors, in the order they are tried: the first that fires wins."""
+BLOCKS: tuple[BlockDetector, ...] = (streak_block, cycle_block, backstop)
+"""The block detectors, in the order they are tried: the first that fires wins."""
 
 
 def steer_broken(
@@ -249,7 +249,7 @@ def steer_broken(
     The counted one was steered by its streak. Each is remembered as steered, so
     returning to it escalates and its backstop holds. A tool shown broken by weak
     evidence (`Failing.weak`) is steered here, once, and not remembered: it is never
-    refused. Returns the batch's steer.
+    blocked. Returns the batch's steer.
     """
     steered = state.steered
     for record in state.failing:
@@ -257,7 +257,7 @@ def steer_broken(
         if record.tool not in broken or any(e.step == folded for e in steered):
             continue
         warn = config.thresholds(record.tool).warn
-        if not record.weak:  # weak evidence is steered once, never refused
+        if not record.weak:  # weak evidence is steered once, never blocked
             steered = _remember(steered, folded, warn, again=False, seen=record.calls)
         if steer is None:  # one steer per batch: a later return is steered again
             call = next(e.call for e in reversed(ran) if e.call.tool == record.tool)

@@ -18,10 +18,10 @@ Glossary (one word per concept, in code and docs):
   differs only there).
 - *step*: a counted (tool, args, result); *streak*: identical steps in a row; *lap*: one
   round of a cycle; *turn*: one request, from a user message on.
-- *steer*: the message that tells the model to change course, *pending* until delivered
-  (its event kind is `"warn"`, the grade's name in the Pi extension);
-  *block*: a refused call; *stop*: the end of a request, by *abort* (too many blocks) or
-  *terminate*; *backstop*: the block of a steered call's Nth run however spread out.
+- *steer*: the message that tells the model to change course, *pending* until delivered;
+  *block*: a call not run, answered with the reason; *stop*: the end of a request, once
+  `abort_threshold` calls were blocked (or, with `use_terminate`, every call of a batch);
+  *backstop*: the block of a steered call's Nth run however spread out.
 - *change*: a successful call of a tool that changes state, not one re-applied; *weak*
   evidence: a shell's exit status, an error read off the result's text ("Error: ..."),
   or errors alike only once their quoted args are masked.
@@ -33,16 +33,16 @@ runs that make cycles, the calls the model was steered away from, the tools foun
 missing or failing whatever their args.
 
 The transitions follow a batch. `open_batch` declares a response's calls; `check_call`
-decides one call before it runs (the refusal detectors); `record_result` answers it;
+decides one call before it runs (the block detectors); `record_result` answers it;
 the last answer settles the batch, whose last call in the model's order is the counted
 step (`_count`), and the steer detectors then look at it. A call no response declared
 joins an undeclared batch, or starts one once the last is settled (a serial call). A
 block never resets the streak; enough blocks stop the request, and a stopped request
-refuses everything.
+runs nothing more.
 
 The detectors live in `_detectors`, in the order they are tried: the steers `streak`,
 `returned`, `cycle`, `interleaved` (and `steer_broken` for the tools a batch showed
-broken), the refusals `streak_block`, `cycle_block`, `backstop`. One decision per step:
+broken), the blocks `streak_block`, `cycle_block`, `backstop`. One decision per step:
 the first to fire wins, the most specific evidence first, so a loop is reported once,
 by the detector that names it best; each detector records what keeps it from firing
 twice for the same loop.
@@ -65,7 +65,7 @@ from typing import cast, final
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
-from loop_guard._detectors import REFUSALS, STEERS, Cycle, steer_broken, window
+from loop_guard._detectors import BLOCKS, STEERS, Cycle, steer_broken, window
 from loop_guard._messages import JUDGE, REPLY
 from loop_guard._state import (
     ALLOWED,
@@ -96,7 +96,7 @@ from loop_guard._values import (
     Result,
     Steer,
     Stop,
-    StopKind,
+    StopReason,
     make_call,
 )
 
@@ -231,7 +231,7 @@ class Engine:
 
         What the middleware does after the model, and what a wrapped tool does when it
         can see the response: every sibling is decided before any of them runs, so a
-        stop also refuses the siblings that come before the stopping call.
+        stop also blocks the siblings that come before the stopping call.
         """
         given = state
         state, decisions = self.open_batch(state, calls, tokens)
@@ -242,9 +242,9 @@ class Engine:
             decisions = (*decisions, *checked)
         if state.stopped is not None:  # siblings allowed before the stop never run
             for index, call in enumerate(calls):
-                state, verdicts[index], refused = self._check_call(state, call, given)
-                decisions = (*decisions, *refused)
-            # The stop tells what the request cost, its refused siblings included.
+                state, verdicts[index], charged = self._check_call(state, call, given)
+                decisions = (*decisions, *charged)
+            # The stop tells what the request cost, its blocked siblings included.
             decisions = tuple(
                 replace(d, cost=state.cost) if isinstance(d, Stop) else d for d in decisions
             )
@@ -287,7 +287,7 @@ class Engine:
     def resume(self, state: RequestState, call: Call, *, afresh: bool = False) -> Transition:
         """Let a stopped request go on, as a person decided (`exit_behavior="ask"`).
 
-        `call`, refused by the stop, may run after all: its tool run is no longer one
+        `call`, not run because of the stop, may run after all: its tool run is no longer one
         saved, and is spent with its response when it settles. The request may stop
         again only once it reaches as many more blocks as `abort_threshold`, doubled for
         each earlier answer: a person who keeps letting it go on is asked less and less
@@ -308,7 +308,7 @@ class Engine:
         if entry is None or entry.outcome not in (BLOCKED, NOT_RUN):
             return state, ()
         index = position(state.batch, call.key)
-        if index < 0:  # a batch settled by its stop (terminate): the call opens one again
+        if index < 0:  # a batch settled by its stop (`use_terminate`): the call opens one again
             state.settled = tuple(e for e in state.settled if e.call.key != call.key)
             state.batch, state.batch_explicit, index = (Entry(call),), True, 0
         _answer(state, index, call, ALLOWED)
@@ -360,7 +360,7 @@ class Engine:
             cost=state.cost,
         )
         if state.blocks >= config.abort_threshold and state.blocks >= state.rearm:
-            _stop_request(state, "abort", REPLY)
+            _stop_request(state, "abort_threshold", REPLY)
             return state, (spent, block, self._stop(state, call))
         # Its message reaches the model as a steer's does; its event is the block's.
         state.steer = Steer(call=call, message=message, streak=repeats, reason="repeated_text")
@@ -404,7 +404,7 @@ class Engine:
 
     def asked_about(self, state: RequestState) -> str | None:
         """The key of the call a person is asked about when the request stopped: the
-        last call its stopping batch refused by a block."""
+        last call its stopping batch blocked."""
         if state.stopped is None:
             return None
         for entries in (state.batch, state.settled):
@@ -483,26 +483,26 @@ class Engine:
                 )
                 if state is given:
                     state = clone(state)
-                # Refused once: a sibling asking again is no new saving.
-                refused = (_charge(state, call, _REFUSED),) if entry.unanswered else ()
+                # Blocked once: a sibling asking again is no new saving.
+                charged = (_charge(state, call, _PREVENTED),) if entry.unanswered else ()
                 _answer(state, index, call, NOT_RUN, not_run)
-                return state, not_run, refused
+                return state, not_run, charged
         if entry is not None and entry.outcome is not None:  # decided before
             return state, Proceed(call=call) if entry.block is None else entry.block, ()
         if state is given:
             state = clone(state)
         decisions = self._admit(state) if index < 0 else ()
-        block = None if config.ignores(call.tool) else self._refusal(state, call)
+        block = None if config.ignores(call.tool) else self._block_of(state, call)
         if block is None:
             proceed = Proceed(call=call)
             _answer(state, index, call, ALLOWED)
             return state, proceed, (*decisions, proceed)
         state.blocks = block.blocks
-        saved = _charge(state, call, _REFUSED)
+        saved = _charge(state, call, _PREVENTED)
         block = replace(block, cost=state.cost)
         _answer(state, index, call, BLOCKED, block)
         if state.blocks >= config.abort_threshold and state.blocks >= state.rearm:
-            _stop_request(state, "abort", call.tool)
+            _stop_request(state, "abort_threshold", call.tool)
             # The stopping response is never settled: its model call is charged now.
             spent = _pay(state, call, _response(state), intervened=True, repeat=True)
             return state, block, (*decisions, saved, block, *spent, self._stop(state, call))
@@ -622,14 +622,14 @@ class Engine:
             return self._settle(state)
         return ()
 
-    def _refusal(self, state: RequestState, call: Call) -> Block | None:
-        """The block for a call about to run: the first of `REFUSALS` that fires; `None`
+    def _block_of(self, state: RequestState, call: Call) -> Block | None:
+        """The block for a call about to run: the first of `BLOCKS` that fires; `None`
         lets it run."""
         config = self.config
         args = self._identity(state, call)
         found = self._cycle(state)
-        for refusal in REFUSALS:
-            block = refusal(config, state, call, args, found)
+        for detector in BLOCKS:
+            block = detector(config, state, call, args, found)
             if block is not None:
                 return block
         return None
@@ -651,7 +651,7 @@ class Engine:
             and all(e.outcome is BLOCKED for e in entries)
             and state.blocks >= state.rearm
         ):
-            _stop_request(state, "terminate", entries[-1].call.tool)
+            _stop_request(state, "use_terminate", entries[-1].call.tool)
             last_call = entries[-1].call
             paid = _pay(state, last_call, _response(state, ()), intervened=True, repeat=True)
             return (*paid, self._stop(state, last_call))
@@ -659,13 +659,13 @@ class Engine:
         # without a result are invisible. A blocked last call changes nothing: a block
         # never resets the streak (see How the guard decides: block), even beside calls that ran.
         ran: list[Entry] = []
-        counts_step = errors = changes = refused = False
+        counts_step = errors = changes = blocked = False
         changing = self._changing
         for entry in entries:
             outcome = entry.outcome
             if outcome is BLOCKED:
                 counts_step = False
-                refused = True
+                blocked = True
             elif isinstance(outcome, Answer):
                 counts_step = True
                 ran.append(entry)
@@ -701,7 +701,7 @@ class Engine:
             )
         if broken:
             steer = steer_broken(config, state, broken, ran, steer)
-        intervened = refused or steer is not None
+        intervened = blocked or steer is not None
         spent: tuple[Decision, ...] = ()
         if intervened or repeat or state.looping or state.unpaid is not NO_COST:
             response = _response(state, ran) if intervened or repeat else NO_COST
@@ -806,25 +806,25 @@ class Engine:
         return None
 
     def _stop(self, state: RequestState, call: Call) -> Stop:
-        kind = state.stopped or "abort"
+        reason = state.stopped or "abort_threshold"
         if state.stop_tool == REPLY:
             message = _messages.repeated_text_stop_text(len(state.text_loops))
-        elif kind == "abort":
-            message = _messages.abort_text(state.stop_tool, state.blocks)
+        elif reason == "abort_threshold":
+            message = _messages.stop_text(state.stop_tool, state.blocks)
         else:
-            message = _messages.terminate_text(state.stop_tool)
+            message = _messages.batch_stop_text(state.stop_tool)
         return Stop(
-            kind=kind,
             call=call,
             message=message,
             streak=state.streak,
             blocks=state.blocks,
+            reason=reason,
             cost=state.cost,
         )
 
 
 def _complete(batch: tuple[Entry, ...]) -> bool:
-    """Whether every call of the batch has its outcome: a result, or a refusal."""
+    """Whether every call of the batch has its outcome: a result, or a block."""
     for entry in batch:
         outcome = entry.outcome
         if outcome is None or outcome is ALLOWED:
@@ -887,7 +887,7 @@ def _without_args(entry: Entry) -> Entry:
     )
 
 
-_REFUSED = LoopCost(tool_runs_saved=1)
+_PREVENTED = LoopCost(tool_runs_saved=1)
 
 
 def _charge(state: RequestState, call: Call, cost: LoopCost) -> Charge:
@@ -922,6 +922,6 @@ def _pay(
     return ()
 
 
-def _stop_request(state: RequestState, kind: StopKind, tool: str) -> None:
+def _stop_request(state: RequestState, reason: StopReason, tool: str) -> None:
     # A stop drops any steer still queued: the model will not be called again.
-    state.stopped, state.stop_tool, state.steer = kind, tool, None
+    state.stopped, state.stop_tool, state.steer = reason, tool, None

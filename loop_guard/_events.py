@@ -1,6 +1,6 @@
 """A guard's events and counters: what it tells about the decisions it reaches.
 
-`Events` counts each decision and publishes the events of its warnings, blocks and
+`Events` counts each decision and publishes the events of its steers, blocks and
 stops to the `loop_guard` logger, to `on_event` and to every subscribed sink (the
 adapters subscribe the sinks: `_faces.attach_sinks`).
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -26,6 +27,7 @@ from loop_guard._values import (
     Reason,
     Steer,
     Stop,
+    StopReason,
 )
 
 logger = logging.getLogger("loop_guard")
@@ -33,18 +35,39 @@ logger = logging.getLogger("loop_guard")
 # nowhere (not Python's last-resort handler, which would print warnings on stderr).
 logger.addHandler(logging.NullHandler())
 
-EventKind = Literal["warn", "block", "abort", "terminate", "error", "judge"]
+EventKind = Literal["steer", "block", "stop", "error", "judge"]
+
+RETIRED_KINDS: Mapping[str, EventKind] = {"warn": "steer", "abort": "stop", "terminate": "stop"}
+"""The event kinds of earlier versions, by the kind each is now: still accepted, with a
+`DeprecationWarning`, where a kind is passed in (`event_kinds`)."""
+
+
+def event_kinds(kinds: Iterable[str]) -> frozenset[str]:
+    """`kinds`, a retired kind (`RETIRED_KINDS`) replaced by its kind now, with a
+    `DeprecationWarning` for the caller's caller.
+
+    Examples:
+        >>> sorted(event_kinds(["steer", "block"]))
+        ['block', 'steer']
+    """
+    current = set()
+    for kind in kinds:
+        if kind in RETIRED_KINDS:
+            message = f"event kind {kind!r} is deprecated: use {RETIRED_KINDS[kind]!r}"
+            warnings.warn(message, DeprecationWarning, stacklevel=3)
+        current.add(RETIRED_KINDS.get(kind, kind))
+    return frozenset(current)
 
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GuardEvent:
-    """A warning, block or stop, as passed to `on_event` and logged on `loop_guard`.
+    """A steer, block or stop, as passed to `on_event` and logged on `loop_guard`.
 
     Attributes:
-        kind: `'warn'`, `'block'`, `'abort'`, `'terminate'`, `'judge'` when the judge
-            model was asked (`LoopGuardMiddleware(judge=...)`), or `'error'` when the
-            guard itself failed on an event (the agent went on unguarded for it).
+        kind: `'steer'`, `'block'`, `'stop'`, `'judge'` when the judge model was asked
+            (`LoopGuardMiddleware(judge=...)`), or `'error'` when the guard itself failed
+            on an event (the agent went on unguarded for it).
         conversation: The conversation key: the thread id, followed by the graph's
             namespace in a subgraph or subagent (`"t|worker:<task id>"`); outside a
             thread, `"run:<top-level run id>"` or `"request:<request id>"`.
@@ -54,13 +77,14 @@ class GuardEvent:
         streak: Identical steps in a row when the event happened (for a cycle: its
             laps; for an interleaved repeat: its occurrences in the window).
         blocks: Calls blocked so far in this request.
-        message: The exact text shown: to the model for warn and block, to the user
-            for abort and terminate; for a judgment, its verdict (`"progress"` or
+        message: The exact text shown: to the model for a steer or a block, to the
+            user for a stop; for a judgment, its verdict (`"progress"` or
             `"no progress"`) and the judge's reason.
-        reason: For warn and block, the detector that fired: `'repeat'` (the
+        reason: For a steer or a block, the detector that fired: `'repeat'` (the
             streak), `'cycle'`, `'interleaved'`, `'returned'` (also the backstop's
             blocks), `'unknown_tool'`, `'same_error'` or `'repeated_text'` (a reply that
-            kept repeating its own text); `None` for stops and errors.
+            kept repeating its own text); for a stop, the setting that stopped the
+            request (`StopReason`); `None` for judgments and errors.
         call_id: The tool-call id of the call the event is about, when known.
         cost: What loops cost the request so far (see `LoopCost`); for a judgment,
             the judge's own call and its tokens; for an error, nothing.
@@ -74,7 +98,7 @@ class GuardEvent:
         ...     _ = session.check_call(call)
         ...     session.record_result(call, Result.of("empty"))
         >>> events[0].kind, events[0].tool, events[0].streak
-        ('warn', 'ls', 2)
+        ('steer', 'ls', 2)
     """
 
     kind: EventKind
@@ -84,7 +108,7 @@ class GuardEvent:
     streak: int
     blocks: int
     message: str
-    reason: Reason | None = None
+    reason: Reason | StopReason | None = None
     call_id: str | None = None
     cost: LoopCost = NO_COST
 
@@ -92,7 +116,6 @@ class GuardEvent:
     def of(cls, conversation: str, decision: Block | Steer | Stop | Judged) -> GuardEvent:
         """The event for one of the engine's decisions."""
         kind: EventKind
-        reason: Reason | None = None
         if isinstance(decision, Judged):
             verdict = "progress" if decision.progress else "no progress"
             return cls(
@@ -108,11 +131,11 @@ class GuardEvent:
             )
         match decision:
             case Steer():
-                kind, blocks, reason = "warn", 0, decision.reason
+                kind, blocks = "steer", 0
             case Block():
-                kind, blocks, reason = "block", decision.blocks, decision.reason
+                kind, blocks = "block", decision.blocks
             case Stop():
-                kind, blocks = decision.kind, decision.blocks
+                kind, blocks = "stop", decision.blocks
         return cls(
             kind=kind,
             conversation=conversation,
@@ -121,7 +144,7 @@ class GuardEvent:
             streak=decision.streak,
             blocks=blocks,
             message=decision.message,
-            reason=reason,
+            reason=decision.reason,
             call_id=decision.call.id,
             cost=decision.cost,
         )
@@ -138,10 +161,9 @@ class GuardStats:
 
     Attributes:
         calls: Tool calls the guard decided on.
-        warnings: Steer messages issued.
-        blocks: Calls refused.
-        aborts: Requests ended by the abort threshold.
-        terminations: Requests ended by `use_terminate`.
+        steers: Steer messages issued.
+        blocks: Calls blocked.
+        stops: Requests stopped (by `abort_threshold`, or by `use_terminate`).
         errors: Events the guard failed on and let through unguarded.
         judgments: Times the judge model was asked (`LoopGuardMiddleware(judge=...)`).
         judge_tokens: What the judge's calls cost, in tokens (when they report usage).
@@ -158,30 +180,50 @@ class GuardStats:
         ...     if isinstance(session.check_call(call), Proceed):
         ...         session.record_result(call, Result.of("same"))
         >>> stats = guard.stats
-        >>> stats.calls, stats.warnings, stats.blocks, stats.by_tool["ls"]["blocks"]
+        >>> stats.calls, stats.steers, stats.blocks, stats.by_tool["ls"]["blocks"]
         (2, 1, 1, 1)
         >>> stats.cost.model_calls, stats.cost.tool_runs, stats.cost.tool_runs_saved
         (2, 1, 1)
     """
 
     calls: int = 0
-    warnings: int = 0
+    steers: int = 0
     blocks: int = 0
-    aborts: int = 0
-    terminations: int = 0
+    stops: int = 0
     errors: int = 0
     judgments: int = 0
     judge_tokens: int = 0
     cost: LoopCost = NO_COST
     by_tool: Mapping[str, Mapping[str, int]]
 
+    @property
+    def warnings(self) -> int:
+        """Deprecated: `steers`."""
+        _retired("GuardStats.warnings", "GuardStats.steers")
+        return self.steers
+
+    @property
+    def aborts(self) -> int:
+        """Deprecated: `stops`, which counts every stop."""
+        _retired("GuardStats.aborts", "GuardStats.stops")
+        return self.stops
+
+    @property
+    def terminations(self) -> int:
+        """Deprecated: 0, as `stops` counts these stops too."""
+        _retired("GuardStats.terminations", "GuardStats.stops, which counts them")
+        return 0
+
+
+def _retired(name: str, instead: str) -> None:
+    warnings.warn(f"{name} is deprecated: read {instead}", DeprecationWarning, stacklevel=3)
+
 
 _EVENT_COUNTERS = (
     "calls",
-    "warnings",
+    "steers",
     "blocks",
-    "aborts",
-    "terminations",
+    "stops",
     "errors",
     "judgments",
     "judge_tokens",
@@ -189,10 +231,9 @@ _EVENT_COUNTERS = (
 _COST_COUNTERS = tuple(field.name for field in fields(LoopCost))
 _COUNTERS = (*_EVENT_COUNTERS, *_COST_COUNTERS)
 _COUNTER_OF_KIND = {
-    "warn": "warnings",
+    "steer": "steers",
     "block": "blocks",
-    "abort": "aborts",
-    "terminate": "terminations",
+    "stop": "stops",
     "error": "errors",
     "judge": "judgments",
 }
@@ -200,7 +241,7 @@ _COUNTER_OF_KIND = {
 
 @final
 class Events:
-    """Counts a guard's decisions and publishes the events of its warnings, blocks and
+    """Counts a guard's decisions and publishes the events of its steers, blocks and
     stops: logged, then sent to `on_event` and every subscribed sink. A failing
     receiver is logged, never passed on to the agent.
 
@@ -208,8 +249,8 @@ class Events:
         >>> from loop_guard import Call, Steer
         >>> events = Events(on_event=lambda event: print(event.kind, event.tool), limit=10)
         >>> events.publish("t", [Steer(call=Call.of("ls", {}), streak=2, message="Stop.")])
-        warn ls
-        >>> events.stats.warnings
+        steer ls
+        >>> events.stats.steers
         1
     """
 
@@ -250,7 +291,7 @@ class Events:
             self._sinks = tuple(kept for kept in self._sinks if kept != sink)
 
     def publish(self, conversation: str, decisions: Iterable[Decision]) -> None:
-        """Count `decisions` and publish the events of their warnings, blocks and stops."""
+        """Count `decisions` and publish the events of their steers, blocks and stops."""
         with self._lock:
             events = self._tally(conversation, decisions)
         self._send_all(events)
@@ -302,7 +343,7 @@ class Events:
         self._send(event, logging.ERROR, error)
 
     def _tally(self, conversation: str, decisions: Iterable[Decision]) -> list[GuardEvent]:
-        """Count each decision (under `_lock`); the events of its warnings, blocks and
+        """Count each decision (under `_lock`); the events of its steers, blocks and
         stops, to be sent (`_send_all`) once the lock is released."""
         events = []
         for decision in decisions:
@@ -318,7 +359,7 @@ class Events:
             if isinstance(decision, Judged):
                 self._counts[decision.call.tool, "judge_tokens"] += decision.tokens
             elif isinstance(decision, Block) and decision.call.tool != REPLY:
-                self._counts[decision.call.tool, "calls"] += 1  # a refused call
+                self._counts[decision.call.tool, "calls"] += 1  # a blocked call
             event = GuardEvent.of(conversation, decision)
             self._counts[event.tool, _COUNTER_OF_KIND[event.kind]] += 1
             events.append(event)
@@ -327,7 +368,7 @@ class Events:
     def _send_all(self, events: Iterable[GuardEvent]) -> None:
         for event in events:
             # Steers, blocks and judgments are routine (INFO); a stop deserves a WARNING.
-            level = logging.INFO if event.kind in ("warn", "block", "judge") else logging.WARNING
+            level = logging.INFO if event.kind in ("steer", "block", "judge") else logging.WARNING
             self._send(event, level)
 
     def _send(self, event: GuardEvent, level: int, error: BaseException | None = None) -> None:
@@ -352,7 +393,7 @@ class Events:
 
 
 def _once_key(decision: Decision) -> object:
-    """What makes a decision the same decision when a turn is run again: a refusal, a
+    """What makes a decision the same decision when a turn is run again: a block, a
     steer or a stop by what it says (a retried model may give its calls new ids); a call
     let through by its id."""
     match decision:
@@ -363,7 +404,7 @@ def _once_key(decision: Decision) -> object:
         case Steer():
             return ("steer", decision.call.tool, decision.message)
         case Stop():
-            return ("stop", decision.kind, decision.message)
+            return ("stop", decision.reason, decision.message)
         case Charge():
             return ("charge", decision.call.key, decision.cost)
         case Judged():

@@ -36,7 +36,7 @@ class LoopGuard:
 
     Args:
         config: Settings; when `None`, read from the `LOOP_GUARD_*` variables.
-        on_event: Called with a `GuardEvent` for every warning, block and stop. An
+        on_event: Called with a `GuardEvent` for every steer, block and stop. An
             exception it raises is logged, never passed on to the agent.
         max_conversations: Conversations kept at once; the least recently used one is
             forgotten beyond this, so a long-lived server stays bounded.
@@ -144,7 +144,7 @@ class LoopGuard:
 
     @property
     def stats(self) -> GuardStats:
-        """A snapshot of the counters: calls decided, warnings, blocks and stops."""
+        """A snapshot of the counters: calls decided, steers, blocks and stops."""
         return self._events.stats
 
     def subscribe(self, sink: EventSink) -> None:
@@ -194,9 +194,9 @@ class LoopGuard:
             snapshots=self._snapshots,
         )
 
-    def _refuses_any(self, snapshot: Mapping[str, Any] | None) -> bool:
-        """Whether a call of the latest responses in a snapshot was refused (blocked,
-        or not run): what a tool node asks before every call, answered without a
+    def _blocks_any(self, snapshot: Mapping[str, Any] | None) -> bool:
+        """Whether a call of the latest responses in a snapshot was blocked (or not
+        run): what a tool node asks before every call, answered without a
         conversation's session."""
         state = self._snapshots.read(snapshot)
         return any(entry.block is not None for entry in (*state.batch, *state.settled))
@@ -347,7 +347,7 @@ class Session:
         ...     call = Call.of("ls", {}, id=f"call_{n}")
         ...     _ = session.check_call(call)
         ...     session.record_result(call, Result.of("empty"))
-        >>> session.take_steer().streak, guard.stats.warnings
+        >>> session.take_steer().streak, guard.stats.steers
         (2, 1)
     """
 
@@ -408,7 +408,7 @@ class Session:
 
     @property
     def awaiting(self) -> tuple[Call, ...]:
-        """The calls of the open batch still waiting for a result (and not refused)."""
+        """The calls of the open batch still waiting for a result (and not blocked)."""
         return self.state.awaiting
 
     @property
@@ -426,7 +426,7 @@ class Session:
         return self._engine.checked(self.state, keys)
 
     def awaits_result(self, call: Call) -> bool:
-        """Whether `call` still waits for its result: not recorded, nor refused, yet.
+        """Whether `call` still waits for its result: not recorded, nor blocked, yet.
 
         Lets an adapter skip reading a result another one recorded already.
         """

@@ -427,7 +427,7 @@ _CHOICE_OF_DECISION: dict[str, Choice] = {
 
 def ask_request(stop: Stop, call: Call, result: str | None) -> dict[str, Any]:
     """The interrupt's value when a person is asked about a loop: a `HumanInTheLoopMiddleware`
-    request (one action: the refused call; approve, edit or reject), so the UIs that show
+    request (one action: the blocked call; approve, edit or reject), so the UIs that show
     those show it, and the loop's facts under `"loop_guard"` for programs."""
     shown = None if result is None else result[:_RESULT_SHOWN]
     args = call.args if isinstance(call.args, dict) else {"input": call.args}
@@ -443,7 +443,7 @@ def ask_request(stop: Stop, call: Call, result: str | None) -> dict[str, Any]:
             {"action_name": call.tool, "allowed_decisions": ["approve", "edit", "reject"]}
         ],
         "loop_guard": {
-            "kind": stop.kind,
+            "reason": stop.reason,
             "tool": call.tool,
             "args": args,
             "tool_call_id": call.id,
@@ -479,7 +479,7 @@ def choice_of(answer: object) -> Choice | None:
 
 
 def repeated_result(messages: Sequence[BaseMessage], tool: str) -> str | None:
-    """The text of the last result `tool` returned in `messages` (a refusal is none)."""
+    """The text of the last result `tool` returned in `messages` (a block is none)."""
     for message in reversed(messages):
         if (
             isinstance(message, ToolMessage)

@@ -53,7 +53,7 @@ def block_text(tool: str, streak: int, *, near: bool = False) -> str:
 
 
 def withheld_text(tool: str, block_message: str) -> str:
-    """The result of a call the guard refused only after it ran, with the block's reason.
+    """The result of a call the guard blocked only after it ran, with the block's reason.
 
     A tool outside the guard's wrappers has already run, so the model is told its result
     is withheld, not that it was not run.
@@ -76,8 +76,8 @@ def not_run_text() -> str:
     return "LOOP GUARD: not run, because the request was stopped by the loop guard."
 
 
-def abort_text(tool: str, blocks: int) -> str:
-    """The final message to the user when the request is aborted."""
+def stop_text(tool: str, blocks: int) -> str:
+    """The final message to the user when `abort_threshold` calls were blocked."""
     return (
         f"Stopped by loop_guard: the agent kept calling {_code(tool)} with the same arguments "
         f"and getting the same result, and ignored {blocks} blocked attempts. The request "
@@ -85,8 +85,9 @@ def abort_text(tool: str, blocks: int) -> str:
     )
 
 
-def terminate_text(tool: str) -> str:
-    """The final message to the user when a fully blocked batch ends the request."""
+def batch_stop_text(tool: str) -> str:
+    """The final message to the user when a fully blocked batch ends the request
+    (`use_terminate`)."""
     return (
         f"Stopped by loop_guard: the agent repeated {_code(tool)} with the same arguments and "
         "the same result, so the repeated call was blocked and the request ended."
@@ -99,7 +100,7 @@ def ask_text(tool: str, streak: int, blocks: int, result: str | None) -> str:
     return (
         f"loop_guard would stop this request: the agent called {_code(tool)} {streak} times "
         f"in a row with the same arguments and got the same result, and {blocks} of its "
-        f"calls were refused.{seen}\n"
+        f"calls were blocked.{seen}\n"
         "Approve: let this call run once more. Edit: keep going, with the guard's limits "
         "raised for this request. Reject: stop now."
     )
@@ -165,7 +166,7 @@ def returned_steer_text(tool: str, streak: int) -> str:
     return (
         f"LOOP GUARD: you were already told to stop calling {_code(tool)} with these arguments, "
         f"and you came back to it ({streak} times now, same result every time). If you "
-        "call it again right away with the same arguments, the call will be refused. "
+        "call it again right away with the same arguments, the call will be blocked. "
         "Change your approach, or give your final answer."
     )
 
@@ -221,7 +222,7 @@ def same_error_returned_steer_text(tool: str) -> str:
     return (
         f"LOOP GUARD: you were already told that {_code(tool)} is failing whatever its "
         "arguments, and it returned the identical error again. If you call it again right "
-        "away, with any arguments, the call will be refused. Use another tool or approach, "
+        "away, with any arguments, the call will be blocked. Use another tool or approach, "
         "or give your final answer and say that the tool is failing."
     )
 

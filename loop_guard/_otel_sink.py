@@ -30,24 +30,22 @@ AVAILABLE = _available()
 """Whether the OpenTelemetry API can be imported: the faces then subscribe `record_event`."""
 
 _SPAN_EVENT: dict[EventKind, str] = {
-    "warn": "loop_guard.steer",
+    "steer": "loop_guard.steer",
     "block": "loop_guard.block",
-    "abort": "loop_guard.stop",
-    "terminate": "loop_guard.stop",
+    "stop": "loop_guard.stop",
     "error": "loop_guard.error",
     "judge": "loop_guard.judgment",
 }
 _COUNTER: dict[EventKind, str] = {
-    "warn": "loop_guard.steers",
+    "steer": "loop_guard.steers",
     "block": "loop_guard.blocks",
-    "abort": "loop_guard.stops",
-    "terminate": "loop_guard.stops",
+    "stop": "loop_guard.stops",
     "error": "loop_guard.errors",
     "judge": "loop_guard.judgments",
 }
 _COUNTER_HELP = {
     "loop_guard.steers": "Steer messages the guard delivered to the model",
-    "loop_guard.blocks": "Tool calls the guard refused",
+    "loop_guard.blocks": "Tool calls the guard blocked",
     "loop_guard.stops": "Requests the guard ended",
     "loop_guard.errors": "Events the guard failed on and let through unguarded",
     "loop_guard.judgments": "Times the judge model was asked whether an agent made progress",
@@ -69,7 +67,7 @@ def record_event(event: GuardEvent) -> None:
     _counter(_COUNTER[event.kind]).add(1, counted)
 
 
-_COUNTED = ("gen_ai.tool.name", "loop_guard.reason", "loop_guard.stop_kind")
+_COUNTED = ("gen_ai.tool.name", "loop_guard.reason")
 """The attributes a count is split by: few values each (a call id or a conversation
 would make a series per call)."""
 
@@ -87,8 +85,6 @@ def _attributes(event: GuardEvent) -> dict[str, str | int]:
         attributes["gen_ai.tool.call.id"] = event.call_id
     if event.reason is not None:
         attributes["loop_guard.reason"] = event.reason
-    if event.kind in ("abort", "terminate"):
-        attributes["loop_guard.stop_kind"] = event.kind
     cost = event.cost  # what loops cost the request so far (`LoopCost`)
     attributes["loop_guard.loop.model_calls"] = cost.model_calls
     attributes["loop_guard.loop.tool_runs"] = cost.tool_runs

@@ -150,7 +150,7 @@ def stream(
     are needed (`threads`, else every thread), so memory stays flat however many it holds.
 
     With a `window`, only the threads last changed in it; a conversation file records no
-    times, so it is refused (`ScanError`) rather than read whole.
+    times, so it is rejected (`ScanError`) rather than read whole.
     """
     try:
         database = _database_of(source)
@@ -217,7 +217,7 @@ def _read_file(path: Path) -> list[Conversation | ScanError]:
 
 
 def _json(text: str) -> Any:
-    """`json.loads`, with JSON it refuses to build (nested too deep, a number of thousands of
+    """`json.loads`, with JSON it will not build (nested too deep, a number of thousands of
     digits) as a decode error."""
     try:
         return json.loads(text)
@@ -312,7 +312,7 @@ def _from_openai(rows: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
 
 
 def _reason(error: Exception) -> str:
-    """Why data was refused: a validation error's first few fields and what is wrong with
+    """Why data was rejected: a validation error's first few fields and what is wrong with
     each (without pydantic's links), any other error's message."""
     if not isinstance(error, ValidationError):
         return f"{type(error).__name__}: {error}"
@@ -443,7 +443,7 @@ def _missing(what: str, package: str, extra: str, error: ImportError) -> ScanErr
 
 
 def _safe_serializer(extra: str) -> SerializerProtocol:
-    """LangGraph's serializer, refusing every object it was not built to restore.
+    """LangGraph's serializer, rejecting every object it was not built to restore.
 
     Its defaults would import and call whatever a msgpack checkpoint names (GHSA-g48c-2wqr-h844
     leaves that opt-in): a database from elsewhere must never run code here.
@@ -588,7 +588,7 @@ def _read_thread(database: _Database, thread_id: str) -> Conversation | ScanErro
         found = database.saver.get_tuple(config)
     except database.errors:
         raise  # the database itself: not one thread's problem
-    except Exception as error:  # data the safe serializer refuses, or does not know
+    except Exception as error:  # data the safe serializer rejects, or does not know
         reason = f"thread {thread_id!r} cannot be read: {type(error).__name__}: {error}"
         return ScanError(reason, part="thread")
     if found is None:
@@ -600,7 +600,7 @@ def _read_thread(database: _Database, thread_id: str) -> Conversation | ScanErro
     messages = values.get("messages", []) if isinstance(values, Mapping) else None
     if not isinstance(messages, list):
         return ScanError(f"thread {thread_id!r} holds no list of messages", part="thread")
-    # Values the serializer refused to restore stay inert data, and are left out.
+    # Values the serializer would not restore stay inert data, and are left out.
     kept = [message for message in messages if isinstance(message, BaseMessage)]
     return Conversation(f"{database.name}:{thread_id}", kept, _time_of(found.checkpoint.get("ts")))
 

@@ -179,7 +179,7 @@ class Cutter(BaseCallbackHandler):
     It watches the runs of the agent's own model call, those whose prompt ends as
     `prompt` does (the model request's messages, a system message maybe before them): a
     model that other middleware calls on its own prompt (a tool selector, a summarizer, the
-    judge) is not the agent's reply. Once it has cut a reply, it refuses every other such
+    judge) is not the agent's reply. Once it has cut a reply, it ends every other such
     run (`cut`): middleware between the guard and the model that takes the cut for a
     failure (a retry, a fallback, in langchain releases that do not pass control flow
     through) gets no new generation.

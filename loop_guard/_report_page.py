@@ -30,8 +30,7 @@ _NESTING = (
 )
 _NOT_REPORTED = "not reported by the model"
 _TONE_OF_OUTCOME = {"steered": "steer", "blocked": "block", "stopped": "stop", "clean": "clean"}
-_TONE_OF_KIND = {"warn": "steer", "block": "block", "abort": "stop", "terminate": "stop"}
-_SEVERITY = {"steer": 0, "block": 1, "stop": 2}  # the stronger marker is drawn on top
+_SEVERITY = {"steer": 0, "block": 1, "stop": 2}  # by event kind: the stronger marker on top
 _COSTS = (("model_calls", "model calls"), ("tool_runs", "tool runs"), ("tokens", "tokens"))
 
 _WIDTH = 480  # of a bar chart's drawing; the page scales it to the column
@@ -412,9 +411,9 @@ def _worst(worst: Sequence[Mapping[str, Any]], anchors: Sequence[str]) -> str:
         f"{name}</li>"
         for shape, name in (
             ('<path class="ticks" d="M7 1v12"/>', "tool call"),
-            (_marker("steer", 7, 7), "steer (warn)"),
+            (_marker("steer", 7, 7), "steer"),
             (_marker("block", 7, 7), "block"),
-            (_marker("stop", 7, 7), "stop (abort or terminate)"),
+            (_marker("stop", 7, 7), "stop"),
         )
     )
     rows = "".join(
@@ -440,12 +439,12 @@ def _thread_row(entry: Mapping[str, Any], anchor: str, longest: int) -> str:
 
     ticks = "".join(f"M{x(call):.1f} 22v12" for call in range(1, calls + 1))
     drawn = sorted(
-        (event for event in events if event["kind"] in _TONE_OF_KIND),
-        key=lambda event: _SEVERITY[_TONE_OF_KIND[event["kind"]]],
+        (event for event in events if event["kind"] in _SEVERITY),
+        key=lambda event: _SEVERITY[event["kind"]],
     )
     markers = "".join(
         f"<g><title>{_esc(_event_text(event))}</title>"
-        f"{_marker(_TONE_OF_KIND[event['kind']], x(event['call']), 11)}</g>"
+        f"{_marker(event['kind'], x(event['call']), 11)}</g>"
         for event in drawn
     )
     end = x(calls) if calls else 12.0
@@ -478,7 +477,7 @@ def _thread_row(entry: Mapping[str, Any], anchor: str, longest: int) -> str:
         [
             (
                 _count(event["call"]),
-                _esc(_what(event["kind"])),
+                _esc(event["kind"]),
                 f"<code>{_esc(event['tool'])}</code>",
                 _esc(event["reason"] or "—"),
             )
@@ -798,16 +797,10 @@ def _outcome(outcome: str) -> str:
     return f'<span class="outcome {tone}">{_esc(outcome)}</span>'
 
 
-def _what(kind: str) -> str:
-    """What the guard did, in the page's words (a warn steers; an abort or terminate stops)."""
-    tone = _TONE_OF_KIND.get(kind, kind)
-    return kind if tone == kind else f"{tone} ({kind})"
-
-
 def _event_text(event: Mapping[str, Any]) -> str:
     """A guard event in words: its call, what the guard did, the tool and the reason."""
     detail = event["tool"] if event["reason"] is None else f"{event['tool']}, {event['reason']}"
-    return f"call {event['call']}: {_what(event['kind'])} ({detail})"
+    return f"call {event['call']}: {event['kind']} ({detail})"
 
 
 def _esc(text: object) -> str:

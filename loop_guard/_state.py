@@ -13,7 +13,16 @@ from enum import Enum
 from typing import Any, NamedTuple, final
 
 from loop_guard import _messages
-from loop_guard._values import NO_COST, Block, Call, LoopCost, Result, Steer, StopKind
+from loop_guard._values import (
+    NO_COST,
+    STOP_CODES,
+    Block,
+    Call,
+    LoopCost,
+    Result,
+    Steer,
+    StopReason,
+)
 
 
 class Outcome(Enum):
@@ -23,8 +32,8 @@ class Outcome(Enum):
     """
 
     ALLOWED = "allowed"  # checked and let through; no result yet
-    BLOCKED = "blocked"  # refused by a block (counted toward abort)
-    NOT_RUN = "not_run"  # refused because the request had stopped (not counted)
+    BLOCKED = "blocked"  # blocked (counted toward the stop)
+    NOT_RUN = "not_run"  # not run because the request had stopped (not counted)
     IGNORED = "ignored"  # a result the guard does not see (ignored tool or error)
 
 
@@ -84,7 +93,7 @@ class Steered(NamedTuple):
     level: int  # the streak a return resumes from; 0: a return must not resume a streak
     again: bool  # steered a second time already, on a return
     seen: int  # identical runs so far in this request, toward the backstop
-    limit: int  # the run that is refused, when not the tool's backstop (0): a cycle's
+    limit: int  # the run that is blocked, when not the tool's backstop (0): a cycle's
 
 
 class Failing(NamedTuple):
@@ -96,7 +105,7 @@ class Failing(NamedTuple):
     calls: int  # calls of the tool it answered in a row
     # Weak evidence: a shell's exit status, an error read off the result's text, or
     # errors alike only once what they quote of their input was masked. Steered once,
-    # never refused.
+    # never blocked.
     weak: bool = False
 
 
@@ -134,7 +143,7 @@ class RequestState:
     warned: bool = False
     blocks: int = 0
     steer: Steer | None = None  # due before the model's next call
-    stopped: StopKind | None = None
+    stopped: StopReason | None = None
     stop_tool: str = ""
     batch: tuple[Entry, ...] = ()
     batch_explicit: bool = False
@@ -176,7 +185,7 @@ class RequestState:
 
     @property
     def awaiting(self) -> tuple[Call, ...]:
-        """Calls of the open batch still waiting for a result (and not refused)."""
+        """Calls of the open batch still waiting for a result (and not blocked)."""
         return tuple(entry.call for entry in self.batch if entry.unanswered)
 
     @property
@@ -224,7 +233,7 @@ class RequestState:
                 call.fingerprint,
             ]
         if self.stopped is not None:
-            snapshot["stopped"] = self.stopped
+            snapshot["stopped"] = STOP_CODES[self.stopped]
         if self.stop_tool:
             snapshot["stop_tool"] = self.stop_tool
         if self.batch:
@@ -298,7 +307,7 @@ class RequestState:
             warned=bool(data.get("warned", False)),
             blocks=int(data.get("blocks", 0)),
             steer=None if steer is None else steer_from_json(steer),
-            stopped=data.get("stopped"),
+            stopped=_STOP_REASONS.get(data.get("stopped", "")),
             stop_tool=str(data.get("stop_tool", "")),
             batch=entries_from_json(data.get("batch", ())),
             batch_explicit=bool(data.get("batch_explicit", False)),
@@ -327,6 +336,8 @@ class RequestState:
             judged_at=int(data.get("judged_at", 0)),
         )
 
+
+_STOP_REASONS: dict[str, StopReason] = {code: reason for reason, code in STOP_CODES.items()}
 
 SCHEMA_VERSION = 1
 """The shape of the snapshots `RequestState.to_dict` writes, kept in their `"v"` field.
@@ -463,11 +474,11 @@ def entries_to_json(entries: tuple[Entry, ...]) -> list[list[Any]]:
 
 def entries_from_json(rows: Any) -> tuple[Entry, ...]:
     entries = []
-    for key, tool, fingerprint, outcome, *refusal in rows:
+    for key, tool, fingerprint, outcome, *blocked in rows:
         call = Call(key=key, tool=tool, fingerprint=fingerprint)
         block = None
-        if refusal:
-            message, reason, streak, blocks = refusal
+        if blocked:
+            message, reason, streak, blocks = blocked
             block = Block(call=call, message=message, reason=reason, streak=streak, blocks=blocks)
         entries.append(Entry(call=call, outcome=outcome_from_json(outcome), block=block))
     return tuple(entries)

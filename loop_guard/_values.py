@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal, final
 
@@ -14,14 +15,17 @@ _anonymous_ids = itertools.count(1)
 _new = object.__new__
 _set = object.__setattr__  # as a frozen dataclass's own __init__ sets its fields
 
-StopKind = Literal["abort", "terminate"]
-"""Why a request ended.
+StopReason = Literal["abort_threshold", "use_terminate"]
+"""Why a request was stopped: the setting that stopped it.
 
-- `'abort'`: `abort_threshold` calls were blocked within one request (see How the guard decides:
-  stop).
-- `'terminate'`: `use_terminate` is on and every call of a batch was blocked (see How
-  the guard decides: terminate).
+- `'abort_threshold'`: that many calls were blocked within one request (see How the
+  guard decides: stop).
+- `'use_terminate'`: the setting is on and every call of a batch was blocked.
 """
+
+STOP_CODES: dict[StopReason, str] = {"abort_threshold": "abort", "use_terminate": "terminate"}
+"""Each stop reason's code: what a snapshot keeps (as earlier versions wrote it, so that
+workers of either version read each other's) and what the deprecated `Stop.kind` says."""
 
 Reason = Literal[
     "repeat",
@@ -187,11 +191,11 @@ class LoopCost:
     The unbroken run of repeats that ends in the guard's first steer or block is charged
     when the guard steps in (a run of repeats it never steps into is healthy work,
     charged to nothing); every repeat after that is charged as it comes, until a step
-    that is no repeat ends the loop. A response with a refused call is charged too.
+    that is no repeat ends the loop. A response with a blocked call is charged too.
     Each response charged is one model call, the tool runs of its calls that ran and,
     when its message carries `usage_metadata`, its tokens.
 
-    *Saved*: the tool runs the guard refused (blocked calls, and the calls of a stopped
+    *Saved*: the tool runs the guard prevented (blocked calls, and the calls of a stopped
     request). What a stop saved beyond that is what the loop would have gone on to
     cost: a live guard cannot know it, a recording shows it, so the scan counts the
     model calls, tool runs and tokens a recorded conversation spent after the point
@@ -201,7 +205,7 @@ class LoopCost:
         model_calls: Model calls spent in loops.
         tool_runs: Tool runs spent in loops.
         tokens: Tokens of those model calls (0 when the messages carry no usage).
-        tool_runs_saved: Tool runs refused (and, in a scan, recorded after the stop).
+        tool_runs_saved: Tool runs prevented (and, in a scan, recorded after the stop).
         model_calls_saved: In a scan, model calls recorded after the stop.
         tokens_saved: In a scan, their tokens.
 
@@ -286,13 +290,20 @@ class Steer:
 class Stop:
     """End the request: no further model call; `message` tells the user why."""
 
-    kind: StopKind
     call: Call
     message: str
     streak: int
     blocks: int
+    reason: StopReason = "abort_threshold"
     cost: LoopCost = field(default=NO_COST, compare=False)
     """What loops cost the request, up to its end."""
+
+    @property
+    def kind(self) -> str:
+        """Deprecated: the code of `reason` (`STOP_CODES`); read `reason`."""
+        message = "Stop.kind is deprecated: read Stop.reason"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return STOP_CODES[self.reason]
 
 
 @final
@@ -331,19 +342,19 @@ Decision = Proceed | Block | Steer | Stop | Charge | Judged
 """Everything the engine can decide; adapters act on each with one `match`."""
 
 
-class LoopGuardAbort(RuntimeError):
-    """Raised when the guard ended a request and the run could not end by itself.
+class LoopGuardStop(RuntimeError):
+    """Raised when the guard stopped a request and the run could not end by itself.
 
     The middleware raises it with `exit_behavior="error"`; tools wrapped by
     `guard_tools` raise it when a call arrives after the request was stopped.
 
     Attributes:
-        stop: The `Stop` decision: its `kind`, the repeated `call`, `blocks`, and the
+        stop: The `Stop` decision: its `reason`, the repeated `call`, `blocks`, and the
             `message` for the user.
 
     Examples:
-        >>> stop = Stop(kind="abort", call=Call.of("read", {}), message="why", streak=4, blocks=3)
-        >>> str(LoopGuardAbort(stop))
+        >>> stop = Stop(call=Call.of("read", {}), message="why", streak=4, blocks=3)
+        >>> str(LoopGuardStop(stop))
         'why'
     """
 

@@ -29,7 +29,7 @@ from loop_guard._langchain import (
 )
 from loop_guard._messages import GUARD_NAME
 from loop_guard._reply_watch import ReplyWatches, kept_out
-from loop_guard._values import Call, LoopGuardAbort, Result, Stop
+from loop_guard._values import Call, LoopGuardStop, Result, Stop
 
 
 class _StopIsNotAnError(logging.Filter):
@@ -45,7 +45,7 @@ class _StopIsNotAnError(logging.Filter):
             isinstance(args, tuple)
             and len(args) == 3
             and args[1] in ("on_chat_model_start", "on_llm_new_token")
-            and str(args[2]).startswith((f"{LoopGuardAbort.__name__}(", f"{_GraphStop.__name__}("))
+            and str(args[2]).startswith((f"{LoopGuardStop.__name__}(", f"{_GraphStop.__name__}("))
         )
 
 
@@ -69,8 +69,8 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
 
     Attach it to any runnable with `config={"callbacks": [handler]}`. It observes: it
     groups each model response's tool calls into a batch, records every result, emits
-    the guard's events, and refuses the next model call once the request was stopped
-    (raising `LoopGuardAbort`; in a subgraph, such as a `Send` branch or a subagent, it
+    the guard's events, and ends the next model call once the request was stopped
+    (raising `LoopGuardStop`; in a subgraph, such as a `Send` branch or a subagent, it
     ends that subgraph with the stop message instead, and its caller goes on). A reply
     that keeps repeating its own text counts as the middleware counts it (a steer,
     then blocks toward the stop), read from its tokens as it streams and whole once
@@ -157,14 +157,14 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Bring the conversation up to date; refuse the model call once it stopped."""
+        """Bring the conversation up to date; end the model call once it stopped."""
         self.start(run_id, parent_run_id, metadata)
         key = self.conversation_of(run_id)
         stop = None
         try:
             # A prompt that ends at the guard's stop goes on after a stopped request (an
             # agent run after a subagent's stop on the same messages): the response it
-            # gets begins a new request, so the old stop refuses nothing.
+            # gets begins a new request, so the old stop ends nothing.
             if key is not None and messages and not _ends_at_stop(messages[0]):
                 stop = session_for(self.guard, key, messages[0]).stop
         except Exception as error:
@@ -172,7 +172,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         task = (metadata or {}).get("langgraph_checkpoint_ns")
         if stop is not None:
             self.end(run_id)  # no error callback follows for this model run
-            self._refuse(key, task, messages[0], stop)
+            self._stop_run(key, task, messages[0], stop)
         if key is not None and self._watches_text and messages and not kept_out(kwargs.get("tags")):
             self._replies.start(run_id)
             self._watched[run_id] = (task, messages[0])
@@ -194,7 +194,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         if stop is not None:
             task, prompt = self._watched.pop(run_id, (None, []))
             self._end(run_id)  # its error callback finds nothing left to forget
-            self._refuse(self.conversation_of(run_id), task, prompt, stop)
+            self._stop_run(self.conversation_of(run_id), task, prompt, stop)
 
     def _repeated(self, run_id: UUID, reply_id: str, repeats: int, tokens: int) -> Stop | None:
         """Count a reply of the run that repeated its own text; the stop, if it stopped
@@ -205,11 +205,11 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         after = self.guard.session(str(key)).repeated_text(reply_id, repeats, tokens)
         return after if isinstance(after, Stop) else None
 
-    def _refuse(self, key: object, task: object, prompt: list[BaseMessage], stop: Stop) -> None:
+    def _stop_run(self, key: object, task: object, prompt: list[BaseMessage], stop: Stop) -> None:
         """End a stopped request's model run: the subgraph it is in, or the whole run."""
         if isinstance(key, ConversationKey) and key.graph and isinstance(task, str):
             raise _GraphStop(self._stop_update(task, prompt, stop))
-        raise LoopGuardAbort(stop)
+        raise LoopGuardStop(stop)
 
     def _stop_update(self, task: str, history: list[BaseMessage], stop: Stop) -> Command[Any]:
         """The update that ends a subgraph's stopped request, for the model node's task

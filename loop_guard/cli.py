@@ -151,7 +151,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     try:
         return run_demo(model=model)
-    except ModelError as error:  # the provider refused or could not be reached
+    except ModelError as error:  # the provider rejected the call or could not be reached
         print(f"loop-guard demo: the model {args.model!r} ({type(model).__name__}) failed: "
               f"{_one_line(error.__cause__ or error)}", file=sys.stderr)  # fmt: skip
         return 2
@@ -202,7 +202,7 @@ def _add_window_flags(parser: argparse.ArgumentParser) -> None:
             "2025-06-02T09:30+02:00) or a duration ago (12h, 7d, 2w)")  # fmt: skip
     parser.add_argument("--since", type=_moment, metavar="TIME",
                         help="only the threads whose latest checkpoint is at or after TIME: "
-                        f"{when}; conversation files record no times and are refused")  # fmt: skip
+                        f"{when}; conversation files record no times and are rejected")  # fmt: skip
     parser.add_argument("--until", type=_moment, metavar="TIME",
                         help="only the threads whose latest checkpoint is before TIME")  # fmt: skip
 
@@ -277,7 +277,7 @@ def _scan_config(args: argparse.Namespace, environ: Mapping[str, str]) -> LoopGu
     """Flags, over `--pi`, over the LOOP_GUARD_* variables, over the defaults.
 
     Unlike a guard, which keeps a setting's default on a bad variable (and warns) so the agent
-    stays guarded, the scan refuses: it must not report with settings it was not given, and a
+    stays guarded, the scan will not run: it must not report with settings it was not given, and a
     disabled guard would report every conversation as clean.
     """
     flags: dict[str, Any] = {}

@@ -60,7 +60,7 @@ def create_guarded_deep_agent(
 
     In subagents the guard always ends a stopped run cleanly, so the main agent reads
     the stop as the task's result: with `exit_behavior="error"`, only the main agent
-    raises `LoopGuardAbort`; with `exit_behavior="answer"`, a stopped subagent's own
+    raises `LoopGuardStop`; with `exit_behavior="answer"`, a stopped subagent's own
     answer is the task's result; with `exit_behavior="ask"`, a subagent's question
     pauses the whole deep agent, and the person's answer resumes the subagent.
 

@@ -52,7 +52,7 @@ UNGUARDED_LIMIT = 200
 
 
 class ModelError(Exception):
-    """The chat model given to the demo failed (its provider refused the call or could not be
+    """The chat model given to the demo failed (its provider rejected the call or could not be
     reached); the provider's own error is its `__cause__`."""
 
 
@@ -201,7 +201,7 @@ def run_asking(model: ScriptedChatModel, out: TextIO, paint: Palette) -> Outcome
         facts = pending[0].value["loop_guard"]
         print(f"        {paint('guard  ? asks', '1;35')}     after {model.calls} model calls: "
               f"{facts['tool']} {facts['streak']} times in a row, {facts['blocks']} calls "
-              "refused; allow it once more, raise the limits, or stop?", file=out)  # fmt: skip
+              "blocked; allow it once more, raise the limits, or stop?", file=out)  # fmt: skip
         print(f"        {paint('person', '1')} {said}", file=out)
         result = agent.invoke(Command(resume=answer), config)
     messages = list(result["messages"])
@@ -213,7 +213,7 @@ def _cost_line(middleware: Any) -> str:
     cost = middleware.guard.stats.cost
     return (
         f"{cost.model_calls} model calls, {cost.tool_runs} tool runs and {cost.tokens:,} "
-        f"tokens spent in the loop; {cost.tool_runs_saved} tool runs refused"
+        f"tokens spent in the loop; {cost.tool_runs_saved} tool runs blocked"
     )
 
 
@@ -263,18 +263,18 @@ def chart_data() -> DemoChart:
         guarded = run_agent(ScriptedChatModel(script=STUBBORN), [middleware])
     made_by = _model_call_of_each_tool_call(guarded.messages)
 
-    def model_calls(*kinds: str) -> tuple[int, ...]:
+    def model_calls(kind: str) -> tuple[int, ...]:
         return tuple(
             made_by[event.call_id]
             for event in events
-            if event.kind in kinds and event.call_id in made_by
+            if event.kind == kind and event.call_id in made_by
         )
 
-    stops = model_calls("abort", "terminate")
+    stops = model_calls("stop")
     return DemoChart(
         unguarded=_chart_run(unguarded),
         guarded=_chart_run(guarded),
-        steers=model_calls("warn"),
+        steers=model_calls("steer"),
         blocks=model_calls("block"),
         stop=stops[0] if stops else None,
     )
@@ -396,7 +396,7 @@ def plot_demo(ax: Axes, chart: DemoChart | None = None) -> DemoChart:
     if chart.blocks:
         first, last = min(chart.blocks), max(chart.blocks)
         ax.annotate(
-            f"calls {first}\N{EN DASH}{last} refused" if last > first else f"call {first} refused",
+            f"calls {first}\N{EN DASH}{last} blocked" if last > first else f"call {first} blocked",
             xy=((first + last) / 2, runs_at(last)),
             xytext=((first + last) / 2 - 0.15, runs_at(last) - 0.9),
             color=GUARDED_COLOUR,

@@ -40,7 +40,7 @@ class LoopGuardNode:
     It reads the last model response and its tool results from the state (records
     them, once, whoever recorded them first), then returns a `Command`: back to
     `next_node`, with the steer message (a `HumanMessage` named `loop_guard`) appended
-    when a warning is due; or to `END` once the request was stopped, with a
+    when a steer is due; or to `END` once the request was stopped, with a
     `ToolMessage` for every tool call still unanswered and a final `AIMessage` saying
     why, so the thread's history stays valid for the next request.
 
@@ -139,7 +139,7 @@ class LoopGuardNode:
             return Command(goto=self.next_node)
 
     def _withheld(self, call: Call, verdict: Block | Stop, answer_id: str | None) -> ToolMessage:
-        """The answer that replaces a result the guard refused after the fact.
+        """The answer that replaces a result the guard blocked after the fact.
 
         A tool that does not exist never ran, so its block says so and lists the tools
         that do; any other call did run, and its result is withheld.
@@ -170,7 +170,7 @@ class LoopGuardNode:
         if ai_message is not None and calls:
             # Verdicts already given (by wrapped tools) come back unchanged; calls no
             # wrapper saw - an unknown tool, an unwrapped tool - are judged now, after
-            # the fact: a refused one keeps its place but its result is withheld.
+            # the fact: a blocked one keeps its place but its result is withheld.
             verdicts = session.check_batch(calls, tokens_of(ai_message))
             for call, verdict, answer in zip(calls, verdicts, paired, strict=True):
                 if answer is None:

@@ -73,7 +73,7 @@ from loop_guard._langchain import (
 from loop_guard._repeated_text import Repetition
 from loop_guard._reply_watch import Cutter, RepeatedTextCut, cut_reply, cutting, repetition_in
 from loop_guard._state import SCHEMA_VERSION, migrate
-from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Steer, Stop
+from loop_guard._values import Block, Call, LoopGuardStop, Proceed, Steer, Stop
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import CheckpointTuple
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("loop_guard")
 
 ExitBehavior = Literal["end", "answer", "error", "ask"]
-"""How the request ends when the guard stops it (abort, or terminate).
+"""How the request ends when the guard stops it.
 
 - `'end'`: End the run cleanly (default): every pending tool call gets a `ToolMessage`
     and a final `AIMessage` (`name="loop_guard"`) tells the user why.
@@ -93,7 +93,7 @@ ExitBehavior = Literal["end", "answer", "error", "ask"]
     the run, named `loop_guard`; it and the request for it are marked
     `response_metadata["loop_guard"] == FINAL_ANSWER_MARK`. When that call fails, or
     the reply calls a tool or says nothing, the run ends as with `'end'`.
-- `'error'`: Raise `LoopGuardAbort` from the agent's `invoke`/`stream`.
+- `'error'`: Raise `LoopGuardStop` from the agent's `invoke`/`stream`.
 - `'ask'`: Ask a person instead: the run pauses with LangGraph's `interrupt()` in the
     tool node, before the call that would have stopped it, with a
     `HumanInTheLoopMiddleware`-shaped request (`_langchain.ask_request`). Resume with
@@ -125,7 +125,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     result again and again, the guard steps in gradually: at `warn_threshold`
     identical steps the model is told to change course (a `HumanMessage` named
     `loop_guard`, once per streak); from `block_threshold` on the repeated call is
-    refused before it runs (an error `ToolMessage` with the reason); after
+    blocked before it runs (an error `ToolMessage` with the reason); after
     `abort_threshold` blocks in one request the run ends cleanly. Different arguments,
     or a result that changes (polling), are never touched. Cycles, interleaved
     repeats, returns to a steered call, tools failing the same way whatever their
@@ -137,7 +137,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             `LOOP_GUARD_*` environment variable (arguments win).
         - `exit_behavior`: `'end'` (default), `'answer'`, `'error'` or `'ask'`
             (`ExitBehavior`).
-        - `on_event`: a callable receiving a `GuardEvent` per warning, block and stop.
+        - `on_event`: a callable receiving a `GuardEvent` per steer, block and stop.
 
     The guard's state lives in the agent state, never on this object: one instance
     serves any number of threads, and checkpointed threads resume exactly.
@@ -185,10 +185,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
 
         Args:
             config: Settings; when `None`, read from the `LOOP_GUARD_*` variables.
-            on_event: Called with a `GuardEvent` for every warning, block and stop.
+            on_event: Called with a `GuardEvent` for every steer, block and stop.
             exit_behavior: `'end'` to end the run cleanly with the guard's message,
                 `'answer'` to end it with the model's own answer, `'error'` to raise
-                `LoopGuardAbort`, `'ask'` to ask a person (`ExitBehavior`).
+                `LoopGuardStop`, `'ask'` to ask a person (`ExitBehavior`).
             judge: A small chat model (or a name for `init_chat_model`, such as
                 `"openai:gpt-5-mini"`) asked whether the agent still makes progress,
                 for loops whose calls all differ. Off by default. It is asked at most
@@ -261,18 +261,18 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """Record the last batch's results, deliver a due steer, and decide the reply.
 
         Everything happens inside the model call, before any `after_model` hook runs:
-        no extra graph step per turn, and a call the guard refuses is already answered
+        no extra graph step per turn, and a call the guard blocks is already answered
         when other middleware (human approval, call limits) looks at the reply.
 
         - A due steer is written into the history just before the model's reply,
             where the model saw it.
-        - When every call of the reply was refused, the refusals join the history
+        - When every call of the reply was blocked, the block messages join the history
             and the model is asked again at once, so no other middleware ever acts on
             a reply that has nothing left to run. When that call fails, the turn ends
-            with the refused reply, whose calls the tool node answers with their
-            refusals: a retry or fallback around the guard never repeats a turn for a
+            with the blocked reply, whose calls the tool node answers with their
+            block messages: a retry or fallback around the guard never repeats a turn for a
             call the guard made.
-        - A reply refused in part keeps its refused calls for the tool node, which
+        - A reply blocked in part keeps its blocked calls for the tool node, which
             answers them without running them (`wrap_tool_call`).
         - A stop answers the reply's calls and ends with the guard's final
             `AIMessage`: the run ends there.
@@ -281,7 +281,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             model is steered; a cut reply that calls no tool is asked again at once.
 
         What a middleware wrapping this one gets: `result` ends with the model's last
-        reply, after the due steer (and the earlier replies and refusals, when the
+        reply, after the due steer (and the earlier replies and blocks, when the
         model was asked again); a stop follows it in the history through the
         `Command` of an `ExtendedModelResponse`.
         """
@@ -330,7 +330,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     def after_agent(
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
-        """With `exit_behavior="error"`, raise `LoopGuardAbort` once the run has ended.
+        """With `exit_behavior="error"`, raise `LoopGuardStop` once the run has ended.
 
         Raised here, after the history was completed, so the thread stays valid. The
         run's memory of published events (see `LoopGuard.session`) is released.
@@ -340,7 +340,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         if self.exit_behavior == "error":
             stop = session.stop
             if stop is not None:
-                raise LoopGuardAbort(stop)
+                raise LoopGuardStop(stop)
         return None
 
     @override
@@ -349,16 +349,16 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
-        """Answer a refused call without running it; with `dedupe_siblings`, identical
+        """Answer a blocked call without running it; with `dedupe_siblings`, identical
         calls of one response run once. With `exit_behavior="ask"`, a person decides on
         the call that stopped the request."""
         asked = self._asked(request)
         if asked is not None:
-            refusal = self._ask(request, *asked)
-            return refusal if refusal is not None else _with_snapshot(handler(request), asked[0])
-        refusal = self._refusal(request)
-        if refusal is not None:
-            return refusal
+            answer = self._ask(request, *asked)
+            return answer if answer is not None else _with_snapshot(handler(request), asked[0])
+        answer = self._blocked_answer(request)
+        if answer is not None:
+            return answer
         shared = self._sharing(request)
         if shared is None:
             return handler(request)
@@ -377,13 +377,13 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """Async twin of `wrap_tool_call`."""
         asked = self._asked(request)
         if asked is not None:
-            refusal = self._ask(request, *asked)
-            if refusal is not None:
-                return refusal
+            answer = self._ask(request, *asked)
+            if answer is not None:
+                return answer
             return _with_snapshot(await handler(request), asked[0])
-        refusal = self._refusal(request)
-        if refusal is not None:
-            return refusal
+        answer = self._blocked_answer(request)
+        if answer is not None:
+            return answer
         shared = self._sharing(request)
         if shared is None:
             return await handler(request)
@@ -410,7 +410,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     def _check_response(
         self, state: LoopGuardState[ResponseT], session: Session, tools: frozenset[str]
     ) -> list[AnyMessage] | None:
-        """Decide the last reply's calls; the refusals and the stop as messages.
+        """Decide the last reply's calls; the blocks and the stop, as messages.
 
         A call the reply answers itself (structured output: the agent answers an invalid
         one with its own retry message) never reaches a tool. It counts like any call,
@@ -513,7 +513,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
 
         The run pauses here, in the tool node, where the reply that stopped it is already
         checkpointed: resuming runs this node again, and nothing before the question
-        but the refusals of the reply's other calls, which run nothing.
+        but the block messages of the reply's other calls, which run nothing.
         """
         stop = session.stop
         if stop is None:
@@ -532,23 +532,23 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             session.resume(call, afresh=choice == "raise")
             session.publish()
             return None
-        refusal = block_message(call.id, call.tool, stop.message)
+        answer = block_message(call.id, call.tool, stop.message)
         if choice == "answer":
-            refusal.response_metadata["loop_guard_end"] = "answer"
-        return refusal
+            answer.response_metadata["loop_guard_end"] = "answer"
+        return answer
 
-    def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
-        """The answer of a call the guard refused when it decided the reply, if refused.
+    def _blocked_answer(self, request: ToolCallRequest) -> ToolMessage | None:
+        """The answer of a call the guard blocked when it decided the reply, if blocked.
 
-        A reply refused only in part keeps its refused calls unanswered until the tool
+        A reply blocked only in part keeps its blocked calls unanswered until the tool
         node reaches them, so that middleware acting after the model (call limits,
         human approval) never answers a call a second time.
         """
         try:
             snapshot = request.state.get("loop_guard")
             current = snapshot and snapshot.get("v") == SCHEMA_VERSION
-            if current and not self.guard._refuses_any(snapshot):
-                return None  # the common case: nothing of the reply was refused
+            if current and not self.guard._blocks_any(snapshot):
+                return None  # the common case: nothing of the reply was blocked
             found = _session_and_call(self.guard, request)
             if found is None:
                 return None
@@ -748,7 +748,7 @@ class _Turn(Generic[ResponseT]):
         self.response: ModelResponse[ResponseT] | None = None
         self.changed = False  # the guard's snapshot changed
         self.again = True  # the model is to be called (again)
-        # Each reply refused in full adds a block, and enough blocks stop the request
+        # Each reply blocked in full adds a block, and enough blocks stop the request
         # (`abort_threshold`, or more once a person let it go on): the bound is a backstop.
         state = self.session.state
         stops_at = max(middleware.guard.config.abort_threshold, state.rearm)
@@ -785,10 +785,10 @@ class _Turn(Generic[ResponseT]):
     def take(self, response: ModelResponse[ResponseT]) -> None:
         """Decide the model's reply.
 
-        Refused in full (and no stop): its refusals join the turn and the model is asked
+        Blocked in full (and no stop): its block messages join the turn and the model is asked
         again. Stopped: the answers and the stop end the turn (with
-        `exit_behavior="answer"`, the model is asked for its final answer first). Refused
-        in part: the tool node answers the refused calls (`wrap_tool_call`).
+        `exit_behavior="answer"`, the model is asked for its final answer first). Blocked
+        in part: the tool node answers the blocked calls (`wrap_tool_call`).
         """
         if self.asking is not None:
             self._take_final(self._trimmed(response)[0])
@@ -799,7 +799,7 @@ class _Turn(Generic[ResponseT]):
         if self.session.stop is not None and self.ending:
             return  # the reply's repeated text stopped the request
         answers = self._decide(self.middleware._check_response)
-        if not answers:  # nothing refused, no stop: the common case
+        if not answers:  # nothing blocked, no stop: the common case
             return
         if self.middleware.exit_behavior == "ask" and self.session.stop is not None:
             return  # the tool node answers the calls, and asks about the stopping one
@@ -810,11 +810,11 @@ class _Turn(Generic[ResponseT]):
                 self.asking, self.again = answer_request(stop), True
             return
         reply, _ = last_batch(response.result)
-        refusals = sum(isinstance(answer, ToolMessage) for answer in answers)  # one per call
+        blocked = sum(isinstance(answer, ToolMessage) for answer in answers)  # one per call
         if (
             reply is not None
             and reply.tool_calls
-            and refusals == len(reply.tool_calls)
+            and blocked == len(reply.tool_calls)
             and response.structured_response is None
             and self.calls_left > 0  # else the tool node answers them, as after a failure
         ):
@@ -936,11 +936,11 @@ class _Turn(Generic[ResponseT]):
         """Whether a failed model call ends the turn with what it has (then ended).
 
         The first call's failure is the caller's: a retry or fallback around the guard
-        runs the turn again. Asking again after a reply refused in full is the guard's
+        runs the turn again. Asking again after a reply blocked in full is the guard's
         own doing: raising there would make such a middleware repeat the whole turn
-        (the reply, its refusal, the failing call) until it gives up, throwing the
-        refusals away. The turn ends instead with the refused reply, its calls left to
-        the tool node, which answers them with their refusals without running them
+        (the reply, its block messages, the failing call) until it gives up, throwing the
+        block messages away. The turn ends instead with the blocked reply, its calls left to
+        the tool node, which answers them with their block messages without running them
         (`wrap_tool_call`): the model sees them on the next step, and the graph takes
         its usual way (no jump from the model back to the model, which agents without
         an `after_model` hook could not take before langchain 1.4). An interrupt always
@@ -954,7 +954,7 @@ class _Turn(Generic[ResponseT]):
         if self.response is None:
             return False
         logger.warning(
-            "loop guard: asking the model again after a refusal failed (%s: %s); "
+            "loop guard: asking the model again after a block failed (%s: %s); "
             "the model is asked on the next step",
             type(error).__name__,
             error,

@@ -113,9 +113,9 @@ class _Tally:
         for tool, kinds in kinds_by_tool.items():
             counts = self.tools.setdefault(tool, Counter())
             counts["threads"] += 1
-            counts["steers"] += kinds["warn"]
+            counts["steers"] += kinds["steer"]
             counts["blocks"] += kinds["block"]
-            counts["stops"] += kinds["abort"] + kinds["terminate"]
+            counts["stops"] += kinds["stop"]
         spent = report.cost.model_calls
         if spent:
             self.lengths[_length_of(spent)] += 1
@@ -413,11 +413,11 @@ def _scan(piece: _Piece) -> FleetReport:
 
 def _outcome_of(report: Report) -> Outcome:
     kinds = {finding.event.kind for finding in report.findings}
-    if kinds & {"abort", "terminate"}:
+    if "stop" in kinds:
         return "stopped"
     if "block" in kinds:
         return "blocked"
-    if "warn" in kinds:
+    if "steer" in kinds:
         return "steered"
     return "clean"
 

@@ -1,4 +1,4 @@
-"""`loop-guard scan`: where the guard would have warned, blocked and stopped, offline.
+"""`loop-guard scan`: where the guard would have steered, blocked and stopped, offline.
 
 Replays recorded conversations (conversation files and LangGraph checkpoint databases, read
 by `loop_guard._readers`) through the engine with the current configuration, and prints
@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import Engine
-from loop_guard._events import GuardEvent
+from loop_guard._events import GuardEvent, event_kinds
 from loop_guard._history import is_user_message, replay
 from loop_guard._langchain import keys_of, tokens_of
 from loop_guard._messages import GUARD_NAME, REPLY
@@ -104,19 +104,20 @@ class Report:
     tokens_reported: bool = False
 
     def first(self, *kinds: str) -> Finding | None:
-        """The first finding of one of these kinds."""
-        return next((f for f in self.findings if f.event.kind in kinds), None)
+        """The first finding of one of these kinds (`GuardEvent.kind`)."""
+        wanted = event_kinds(kinds)
+        return next((f for f in self.findings if f.event.kind in wanted), None)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe summary with every finding."""
-        warn, block = self.first("warn"), self.first("block")
-        stop = self.first("abort", "terminate")
+        steer, block, stop = self.first("steer"), self.first("block"), self.first("stop")
+        stopped = None if stop is None else {"call": stop.call_index, "reason": stop.event.reason}
         return {
             "conversation": self.name,
             "calls": self.calls,
-            "first_warn": None if warn is None else warn.call_index,
+            "first_steer": None if steer is None else steer.call_index,
             "first_block": None if block is None else block.call_index,
-            "stop": None if stop is None else {"call": stop.call_index, "kind": stop.event.kind},
+            "stop": stopped,
             "cost": cost_json(self.cost, tokens_reported=self.tokens_reported),
             "findings": [
                 {"call": f.call_index, **_without_conversation(dataclasses.asdict(f.event))}
@@ -213,7 +214,7 @@ def _after_stop(request: Sequence[BaseMessage], key: str) -> LoopCost:
     """What a recorded request spent after the response the guard would have stopped it
     at: the model calls, their tokens and the tool runs a stop saves."""
     model_calls = tokens = tool_runs = 0
-    seen = False  # the stopping response (whose refused calls the replay charged)
+    seen = False  # the stopping response (whose blocked calls the replay charged)
     for message in request:
         if message.name == GUARD_NAME:  # the guard's own words: no model call of the run
             continue
@@ -245,10 +246,9 @@ def print_table(reports: Sequence[Report], out: TextIO) -> None:
     width = max([len(r.name) for r in reports] + [12])
     print(f"{'conversation':<{width}}  calls  steer  block  stop", file=out)
     for report in reports:
-        warn, block = report.first("warn"), report.first("block")
-        stop = report.first("abort", "terminate")
-        cells = ["-" if found is None else str(found.call_index) for found in (warn, block)]
-        stopped = "-" if stop is None else f"{stop.call_index} ({stop.event.kind})"
+        steer, block, stop = report.first("steer"), report.first("block"), report.first("stop")
+        cells = ["-" if found is None else str(found.call_index) for found in (steer, block)]
+        stopped = "-" if stop is None else f"{stop.call_index} ({stop.event.reason})"
         print(f"{report.name:<{width}}  {report.calls:>5}  {cells[0]:>5}  {cells[1]:>5}  {stopped}",
               file=out)  # fmt: skip
     print(
@@ -268,7 +268,7 @@ def print_table(reports: Sequence[Report], out: TextIO) -> None:
         for f in report.findings:
             args = json.dumps(f.event.args, default=str)[:60]
             why = f"({f.event.reason})" if f.event.reason else ""
-            print(f"  call {f.call_index:>4}  {f.event.kind:<9} {why:<14} {f.event.tool} {args}",
+            print(f"  call {f.call_index:>4}  {f.event.kind:<5} {why:<17} {f.event.tool} {args}",
                   file=out)  # fmt: skip
 
 

@@ -284,7 +284,7 @@ def capture_events(guard: LoopGuard) -> Iterator[list[GuardEvent]]:
         ...         _ = session.check_call(call)
         ...         session.record_result(call, Result.of("empty"))
         >>> [(event.kind, event.tool, event.streak) for event in events]
-        [('warn', 'ls', 2)]
+        [('steer', 'ls', 2)]
     """
     events: list[GuardEvent] = []
     sink = events.append  # one bound method: the one sink to unsubscribe

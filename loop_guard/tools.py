@@ -36,7 +36,7 @@ from loop_guard._langchain import (
     tokens_of,
     tool_message_of,
 )
-from loop_guard._values import Block, Call, LoopGuardAbort, Proceed, Result, Stop
+from loop_guard._values import Block, Call, LoopGuardStop, Proceed, Result, Stop
 
 RUNTIME_ARG = "loop_guard_runtime"
 """The injected argument through which `ToolNode` hands a guarded tool the graph state."""
@@ -49,7 +49,7 @@ _block_message: contextvars.ContextVar[str] = contextvars.ContextVar("loop_guard
 class _Decision:
     """What the wrapper decided for one invocation, and what it needs afterwards."""
 
-    refusal: str | None  # the block message when the call must not run
+    blocked: str | None  # the block message when the call must not run
     session: Session | None  # None: outside any conversation, untracked
     call: Call | None
     input: Any  # the input for the wrapped tool, without the guard's injected argument
@@ -58,7 +58,7 @@ class _Decision:
 
 
 class GuardedTool(BaseTool):
-    """A tool that behaves exactly like the one it wraps, except that the guard may refuse
+    """A tool that behaves exactly like the one it wraps, except that the guard may block
     a repeated call: then the tool body does not run and the model gets an error result
     with the reason (raised as a `ToolException` that this tool turns into a message).
 
@@ -112,10 +112,10 @@ class GuardedTool(BaseTool):
         config: RunnableConfig | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Run the wrapped tool, unless the guard refuses the call."""
+        """Run the wrapped tool, unless the guard blocks the call."""
         decision = self._decide(input, config)
-        if decision.refusal is not None:
-            with _refusing(decision.refusal):
+        if decision.blocked is not None:
+            with _blocking(decision.blocked):
                 output = super().invoke(decision.input, config, **kwargs)
             return _with_record(_marked(output, BLOCK_MARK), decision.session)
         with self._recording_failure(decision):
@@ -133,8 +133,8 @@ class GuardedTool(BaseTool):
     ) -> Any:
         """Async twin of `invoke`: the wrapped tool's own async path runs."""
         decision = self._decide(input, config)
-        if decision.refusal is not None:
-            with _refusing(decision.refusal):
+        if decision.blocked is not None:
+            with _blocking(decision.blocked):
                 output = await super().ainvoke(decision.input, config, **kwargs)
             return _with_record(_marked(output, BLOCK_MARK), decision.session)
         with self._recording_failure(decision):
@@ -185,11 +185,11 @@ class GuardedTool(BaseTool):
             input = {**tool_call, "args": args} if tool_call is not None else args
         try:
             return self._judge(input, tool_call, args, runtime, config)
-        except LoopGuardAbort:
+        except LoopGuardStop:
             raise
         except Exception as error:  # a fault of the guard: this call goes unguarded
             self.guard.report_fault(None, error)
-            return _Decision(refusal=None, session=None, call=None, input=input)
+            return _Decision(blocked=None, session=None, call=None, input=input)
 
     def _judge(
         self,
@@ -202,7 +202,7 @@ class GuardedTool(BaseTool):
         messages = messages_of(getattr(runtime, "state", None), self.messages_key)
         key = conversation_for(self.guard, config, messages)
         if key is None:
-            return _Decision(refusal=None, session=None, call=None, input=input)
+            return _Decision(blocked=None, session=None, call=None, input=input)
         session = session_for(self.guard, key, messages)
         ai_message, _ = last_batch(messages)
         call_id = tool_call["id"] if tool_call is not None else None
@@ -229,15 +229,15 @@ class GuardedTool(BaseTool):
                 siblings = calls
         match verdict:
             case Proceed():
-                refusal = None
+                blocked = None
             case Block():
-                refusal = verdict.message
+                blocked = verdict.message
             case Stop():
-                raise LoopGuardAbort(verdict)
+                raise LoopGuardStop(verdict)
             case _:
                 assert_never(verdict)
         return _Decision(
-            refusal, session, call, input, tuple(siblings), watched(self.guard, config)
+            blocked, session, call, input, tuple(siblings), watched(self.guard, config)
         )
 
     def _call_from_args(self, call_id: str | None, args: Any) -> Call:
@@ -320,14 +320,14 @@ def guard_tools(
     deliver_steer: bool | None = None,
     messages_key: str = "messages",
 ) -> list[Any]:
-    """Wrap tools so that the guard can refuse a repeated call before it runs.
+    """Wrap tools so that the guard can block a repeated call before it runs.
 
     Each wrapped tool keeps the original's name, description, model-facing schema,
     sync and async paths, injected arguments (state, store, runtime, tool call id),
     artifacts, `Command` returns and `return_direct`. A blocked call does not run: it
     becomes an error `ToolMessage` (`status="error"`) with the reason, in
     `create_agent`, in a default `ToolNode`, and on direct `invoke`. A call that arrives
-    after the request was stopped raises `LoopGuardAbort`.
+    after the request was stopped raises `LoopGuardStop`.
 
     Takes what `create_agent` takes: tools, plain functions (made tools as
     `create_agent` makes them) and provider tool dicts such as `{"type":
@@ -443,7 +443,7 @@ def _with_runtime_field(schema: type[BaseModel]) -> type[BaseModel]:
 
 
 @contextlib.contextmanager
-def _refusing(message: str) -> Iterator[None]:
+def _blocking(message: str) -> Iterator[None]:
     """While set, the wrapper's own `_run`/`_arun` raise the block message."""
     token = _block_message.set(message)
     try:

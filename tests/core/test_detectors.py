@@ -83,7 +83,7 @@ def test_a_cycle_is_steered_at_three_laps_and_blocked_past_four(period: int) -> 
     agent = Agent()
     verdicts = [agent.step("read", {"n": n % period}, f"r{n % period}") for n in range(6 * period)]
     warn = 3 * period
-    assert agent.stamps[0] == (warn, "warn", "cycle")
+    assert agent.stamps[0] == (warn, "steer", "cycle")
     assert agent.stamps[1] == (4 * period + 1, "block", "cycle")
     assert verdicts[: 4 * period] == ["Proceed"] * (4 * period)
     assert agent.events[0].message.count("`read`") == 1  # "the same N `read` calls"
@@ -93,7 +93,7 @@ def test_a_cycle_longer_than_max_cycle_period_is_not_a_cycle() -> None:
     agent = Agent(max_cycle_period=3)
     for n in range(20):
         agent.step("read", {"n": n % 4}, "same")
-    assert [kind for _, kind, _ in agent.stamps if kind != "warn"] == []
+    assert [kind for _, kind, _ in agent.stamps if kind != "steer"] == []
 
 
 def test_a_cycle_whose_results_change_is_never_blocked() -> None:
@@ -103,7 +103,7 @@ def test_a_cycle_whose_results_change_is_never_blocked() -> None:
     assert agent.stamps == []
 
 
-def test_the_same_red_test_after_each_different_edit_is_never_steered_nor_refused() -> None:
+def test_the_same_red_test_after_each_different_edit_is_never_steered_nor_blocked() -> None:
     """Real edits, the same red test: each run after a new change asks a new question,
     so neither the interleaved detector nor the backstop ever steps in."""
     agent = Agent()
@@ -122,7 +122,7 @@ def test_the_same_edit_re_applied_is_no_change() -> None:
         verdicts.append(agent.step("edit", {"text": "v1"}, "ok"))
         verdicts.append(agent.step("pytest", {}, "FAILED test_a"))
     assert "Block" in verdicts
-    assert ("warn", "cycle") in [(kind, reason) for _, kind, reason in agent.stamps]
+    assert ("steer", "cycle") in [(kind, reason) for _, kind, reason in agent.stamps]
 
 
 def test_a_check_repeated_between_reads_is_steered_but_not_after_a_write() -> None:
@@ -130,7 +130,7 @@ def test_a_check_repeated_between_reads_is_steered_but_not_after_a_write() -> No
     for n in range(3):
         agent.step("read_file", {"path": f"f{n}"}, "text")
         agent.step("pytest", {}, "FAILED test_a")
-    assert [(kind, reason) for _, kind, reason in agent.stamps] == [("warn", "interleaved")]
+    assert [(kind, reason) for _, kind, reason in agent.stamps] == [("steer", "interleaved")]
     changed = Agent()
     for n in range(3):
         changed.step("write_file", {"path": f"f{n}"}, "written")
@@ -145,7 +145,7 @@ def test_a_failed_change_is_no_change() -> None:
         for n in range(3):
             agent.step("edit", {"text": f"v{n}"}, failure)
             agent.step("pytest", {}, "FAILED test_a")
-        assert ("warn", "interleaved") in [(k, r) for _, k, r in agent.stamps], failure
+        assert ("steer", "interleaved") in [(k, r) for _, k, r in agent.stamps], failure
 
 
 def test_a_tool_policy_or_annotation_decides_what_changes_state() -> None:
@@ -160,7 +160,7 @@ def test_a_tool_policy_or_annotation_decides_what_changes_state() -> None:
     for n in range(3):
         annotated.step("apply_fix", {"n": n}, "ok")
         annotated.step("probe", {}, "HTTP 500")
-    assert [(k, r) for _, k, r in annotated.stamps] == [("warn", "interleaved")]
+    assert [(k, r) for _, k, r in annotated.stamps] == [("steer", "interleaved")]
 
 
 def test_cycles_off_leaves_ping_pong_to_the_streak() -> None:
@@ -178,7 +178,7 @@ def test_interleaved_repeat_is_steered_once_and_never_blocked() -> None:
     for n in range(6):
         agent.step("read", {"path": "missing"}, "File not found", error=True)
         agent.step("grep", {"n": n}, f"hit {n}")
-    assert agent.stamps == [(5, "warn", "interleaved")]
+    assert agent.stamps == [(5, "steer", "interleaved")]
 
 
 def test_interleaved_repeats_outside_the_window_are_not_counted() -> None:
@@ -198,7 +198,11 @@ def test_a_returned_call_is_steered_again_then_blocked_on_its_next_repeat() -> N
     agent.step("exec", {"cmd": "ls"}, "x.md")
     assert agent.step("read", {"path": "x"}, "File not found", error=True) == "Proceed"
     assert agent.step("read", {"path": "x"}, "File not found", error=True) == "Block"
-    assert agent.stamps == [(3, "warn", "repeat"), (5, "warn", "returned"), (6, "block", "repeat")]
+    assert agent.stamps == [
+        (3, "steer", "repeat"),
+        (5, "steer", "returned"),
+        (6, "block", "repeat"),
+    ]
     assert "came back" in agent.events[1].message
 
 
@@ -209,7 +213,7 @@ def test_without_escalation_a_returned_call_starts_from_scratch() -> None:
     agent.step("exec", {"cmd": "ls"}, "x.md")
     for _ in range(4):
         assert agent.step("read", {"path": "x"}, "nf") == "Proceed"
-    assert [kind for _, kind, _ in agent.stamps] == ["warn", "warn"]
+    assert [kind for _, kind, _ in agent.stamps] == ["steer", "steer"]
 
 
 def test_a_new_request_resets_everything_but_the_recent_steps() -> None:
@@ -221,7 +225,7 @@ def test_a_new_request_resets_everything_but_the_recent_steps() -> None:
     agent.step("search", {"q": 1}, "[]")
     agent.new_request("r3")
     agent.step("book", {"flight": 1}, "Error: not available")
-    assert agent.stamps == [(4, "warn", "interleaved")]
+    assert agent.stamps == [(4, "steer", "interleaved")]
 
 
 def test_a_plain_run_across_a_user_message_starts_a_fresh_streak() -> None:
@@ -232,7 +236,7 @@ def test_a_plain_run_across_a_user_message_starts_a_fresh_streak() -> None:
     agent.new_request("r2")
     for _ in range(2):
         agent.step("ls", {}, "")
-    assert agent.stamps == [(3, "warn", "repeat")]
+    assert agent.stamps == [(3, "steer", "repeat")]
 
 
 # The backstop of every steer ---------------------------------------------------
@@ -253,11 +257,11 @@ def test_an_interleaved_repeat_the_model_ignores_is_blocked_then_stopped() -> No
     assert verdicts[:9] == ["Proceed"] * 9  # steered at the 3rd read, the 10th is refused
     assert verdicts[9:12] == ["Block"] * 3
     assert agent.stamps == [
-        (5, "warn", "interleaved"),
+        (5, "steer", "interleaved"),
         (19, "block", "returned"),
         (21, "block", "returned"),
         (23, "block", "returned"),
-        (23, "abort", None),
+        (23, "stop", "abort_threshold"),
     ]
     assert "10th time" in agent.events[1].message
     assert verdicts.count("Proceed") == 9
@@ -288,7 +292,7 @@ def test_a_streak_steer_ignored_between_other_calls_meets_the_backstop() -> None
         verdicts.append(agent.step("read", {"path": "x"}, "nf", error=True))
     assert verdicts[:6] == ["Proceed"] * 6
     assert verdicts[6:9] == ["Block"] * 3
-    assert [kind for _, kind, _ in agent.stamps][-1] == "abort"
+    assert [kind for _, kind, _ in agent.stamps][-1] == "stop"
 
 
 def test_a_steered_call_whose_result_changes_starts_its_count_again() -> None:
@@ -299,7 +303,7 @@ def test_a_steered_call_whose_result_changes_starts_its_count_again() -> None:
         status = "queued" if n == 8 else "running"
         assert agent.step("status", {"job": 1}, status) == "Proceed"
         agent.step("grep", {"q": n}, f"{n}")
-    assert [kind for _, kind, _ in agent.stamps if kind != "warn"] == []
+    assert [kind for _, kind, _ in agent.stamps if kind != "steer"] == []
     assert [reason for _, _, reason in agent.stamps] == ["interleaved", "interleaved"]
 
 
@@ -332,7 +336,7 @@ def test_runs_of_a_steered_call_beside_other_calls_count_toward_its_backstop() -
     ]
     assert verdicts[:6] == ["Proceed"] * 6  # 9 reads in all
     assert verdicts[6:9] == ["Block"] * 3
-    assert agent.stamps[-1][1] == "abort"
+    assert agent.stamps[-1][1] == "stop"
 
 
 def test_a_cycle_of_a_tolerant_poll_keeps_the_polls_threshold_in_its_backstop() -> None:
@@ -375,24 +379,24 @@ def test_a_tool_failing_the_same_way_for_any_args_is_steered_blocked_and_stopped
     verdicts = [agent.step("lookup", {"q": q}, BROKEN, error=True) for q in queries]
     assert verdicts == ["Proceed"] * 5 + ["Block"] * 3
     assert agent.stamps == [
-        (4, "warn", "same_error"),
+        (4, "steer", "same_error"),
         (6, "block", "same_error"),
         (7, "block", "same_error"),
         (8, "block", "same_error"),
-        (8, "abort", None),
+        (8, "stop", "abort_threshold"),
     ]
     assert "although you changed its arguments" in agent.events[0].message
     assert "whatever the arguments" in agent.events[1].message
 
 
-def test_a_broken_tool_is_refused_whatever_new_args_it_gets() -> None:
+def test_a_broken_tool_is_blocked_whatever_new_args_it_gets() -> None:
     """One more field per retry: steered at the 4th failure, the 6th call is refused."""
     agent = Agent()
     for n in range(5):
         agent.step("lookup", {"q": "ML", "fields": list(range(n))}, BROKEN, error=True)
     assert agent.step("lookup", {"q": "brand new"}, BROKEN, error=True) == "Block"
     assert agent.step("search", {"q": "ML"}, "found") == "Proceed"  # other tools run
-    assert [(n, kind) for n, kind, _ in agent.stamps] == [(4, "warn"), (6, "block")]
+    assert [(n, kind) for n, kind, _ in agent.stamps] == [(4, "steer"), (6, "block")]
 
 
 def test_three_variants_failing_alike_are_ordinary_debugging() -> None:
@@ -410,9 +414,9 @@ def test_a_broken_tool_between_other_calls_still_meets_the_backstop() -> None:
         verdicts.append(agent.step("lookup", {"q": f"q{n}"}, BROKEN, error=True))
         agent.step("grep", {"q": n}, f"{n}")
     assert verdicts.index("Block") == 9  # the 10th failing lookup of the request
-    assert agent.stamps[0] == (7, "warn", "same_error")
+    assert agent.stamps[0] == (7, "steer", "same_error")
     assert {reason for _, kind, reason in agent.stamps if kind == "block"} == {"same_error"}
-    assert agent.stamps[-1][1] == "abort"
+    assert agent.stamps[-1][1] == "stop"
 
 
 def test_a_tool_that_works_again_is_judged_by_its_args_again() -> None:
@@ -422,7 +426,7 @@ def test_a_tool_that_works_again_is_judged_by_its_args_again() -> None:
     agent.step("lookup", {"q": "ok"}, "found it")
     verdicts = [agent.step("lookup", {"q": f"r{n}"}, f"answer {n}") for n in range(10)]
     assert verdicts == ["Proceed"] * 10
-    assert [(kind, reason) for _, kind, reason in agent.stamps] == [("warn", "same_error")]
+    assert [(kind, reason) for _, kind, reason in agent.stamps] == [("steer", "same_error")]
 
 
 def test_a_broken_tool_first_in_each_response_is_steered_and_bounded() -> None:
@@ -433,9 +437,9 @@ def test_a_broken_tool_first_in_each_response_is_steered_and_bounded() -> None:
         ]
         for n in range(20)
     ]
-    assert agent.stamps[0] == (8, "warn", "same_error")  # the 4th failing lookup
+    assert agent.stamps[0] == (8, "steer", "same_error")  # the 4th failing lookup
     assert verdicts.index("Block") == 9
-    assert agent.stamps[-1][1] == "abort"
+    assert agent.stamps[-1][1] == "stop"
 
 
 @pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 0, 1, 2], [2, 3, 1, 0]])
@@ -444,7 +448,7 @@ def test_a_broken_batch_is_judged_alike_whatever_order_its_results_arrive_in(
 ) -> None:
     agent = Agent()
     agent.batch([("lookup", {"q": f"q{n}"}, BROKEN, True) for n in range(4)], order)
-    assert [(e.kind, e.reason) for e in agent.events] == [("warn", "same_error")]
+    assert [(e.kind, e.reason) for e in agent.events] == [("steer", "same_error")]
 
 
 def test_a_tool_that_recovered_meets_its_next_outage_as_new() -> None:
@@ -464,13 +468,13 @@ def test_a_tool_that_recovered_meets_its_next_outage_as_new() -> None:
     assert outages[0][0] == ["Proceed"] * 5 + ["Block"]
 
 
-def test_a_broken_tool_returned_to_is_told_any_args_will_be_refused() -> None:
+def test_a_broken_tool_returned_to_is_told_any_args_will_be_blocked() -> None:
     agent = Agent()
     for n in range(4):
         agent.step("lookup", {"q": f"q{n}"}, BROKEN, error=True)
     agent.step("grep", {"q": 1}, "1")
     agent.step("lookup", {"q": "AI"}, BROKEN, error=True)
-    assert agent.stamps[-1] == (6, "warn", "same_error")
+    assert agent.stamps[-1] == (6, "steer", "same_error")
     assert "with any arguments" in agent.events[-1].message
     assert agent.step("lookup", {"q": "totally different"}, BROKEN, error=True) == "Block"
 
@@ -534,7 +538,7 @@ def test_the_same_error_threshold_is_configurable() -> None:
     agent = Agent(same_error_threshold=6)
     for n in range(6):
         agent.step("lookup", {"q": f"q{n}"}, BROKEN, error=True)
-    assert agent.stamps == [(6, "warn", "same_error")]
+    assert agent.stamps == [(6, "steer", "same_error")]
 
 
 def test_one_argument_set_failing_is_the_streaks_to_judge() -> None:
@@ -549,7 +553,7 @@ def test_a_broken_tools_streak_follows_its_policy() -> None:
     agent = Agent(tools={"lookup": ToolPolicy(warn_threshold=5, block_threshold=8)})
     verdicts = [agent.step("lookup", {"q": f"q{n}"}, BROKEN, error=True) for n in range(8)]
     assert verdicts == ["Proceed"] * 6 + ["Block"] * 2
-    assert agent.stamps[0] == (4, "warn", "same_error")
+    assert agent.stamps[0] == (4, "steer", "same_error")
 
 
 def test_siblings_failing_the_same_way_count_as_argument_sets() -> None:
@@ -560,7 +564,7 @@ def test_siblings_failing_the_same_way_count_as_argument_sets() -> None:
     for call in calls:
         agent.session.check_call(call)
         agent.session.record_result(call, Result.of(BROKEN, is_error=True))
-    assert [(e.kind, e.reason) for e in agent.events] == [("warn", "same_error")]
+    assert [(e.kind, e.reason) for e in agent.events] == [("steer", "same_error")]
 
 
 def test_a_new_request_forgets_a_broken_tool() -> None:
@@ -582,9 +586,9 @@ def test_calls_to_an_unknown_tool_count_as_one_call_whatever_the_args() -> None:
     missing = Result.of("Error: exec is not a valid tool", is_error=True, available_tools=("read",))
     verdicts = [agent.step("exec", {"cmd": f"c{n}"}, missing) for n in range(7)]
     assert verdicts == ["Proceed"] * 4 + ["Block"] * 3
-    assert agent.stamps[0] == (3, "warn", "unknown_tool")
+    assert agent.stamps[0] == (3, "steer", "unknown_tool")
     assert "`read`" in agent.events[0].message
-    assert [kind for _, kind, _ in agent.stamps] == ["warn", "block", "block", "block", "abort"]
+    assert [kind for _, kind, _ in agent.stamps] == ["steer", "block", "block", "block", "stop"]
 
 
 @pytest.mark.internals(
@@ -626,7 +630,7 @@ def test_volatile_fields_are_normalised_only_when_asked() -> None:
         return f"run 3f2a9c1e-0b7d-4c1a-9e2f-5a6b7c8d{n:04d} at 2026-11-30T01:0{n}:13Z took {n} ms"
 
     assert normalize_volatile(output(1)) == normalize_volatile(output(2))
-    asked = ({"fresh_results": False}, []), ({"volatile_results": True}, ["warn", "block"])
+    asked = ({"fresh_results": False}, []), ({"volatile_results": True}, ["steer", "block"])
     for options, expected in asked:
         agent = Agent(**options)
         config = agent.guard.config
@@ -803,7 +807,7 @@ def test_returning_to_an_interleaved_repeat_never_leads_to_a_block() -> None:
         agent.step("grep", {"pattern": f"p{n}"}, "no match")
         agent.step("pytest", {}, "FAILED test_a")
     assert agent.step("pytest", {}, "FAILED test_a") == "Proceed"
-    assert [kind for _, kind, _ in agent.stamps] == ["warn"]
+    assert [kind for _, kind, _ in agent.stamps] == ["steer"]
 
 
 @pytest.mark.internals(reason="builds or edits engine states directly (older snapshot schemas)")

@@ -64,7 +64,7 @@ def test_warning_fires_at_the_third_identical_step_once_per_streak() -> None:
     d = Driver()
     for n in range(1, 5):
         d.serial("read", {"path": "a"}, "same")
-        assert d.kinds() == ([] if n < 3 else ["warn"])
+        assert d.kinds() == ([] if n < 3 else ["steer"])
     assert d.events[0].streak == 3
     assert d.events[0].message.startswith("LOOP GUARD")
     assert "`read`" in d.events[0].message
@@ -114,7 +114,7 @@ def test_polling_that_stalls_counts_from_the_first_unchanged_result() -> None:
     d = Driver()
     for result in ["10%", "20%", "20%", "20%"]:
         d.serial("status", {"job": 1}, result)
-    assert d.kinds() == ["warn"]
+    assert d.kinds() == ["steer"]
     assert d.events[0].streak == 3
 
 
@@ -131,10 +131,10 @@ def test_abort_after_three_blocks_in_one_request() -> None:
     d = Driver()
     verdicts = [d.serial("read", {"path": "a"}, "same") for _ in range(7)]
     assert verdicts == ["Proceed"] * 4 + ["Block"] * 3
-    assert d.kinds() == ["warn", "block", "block", "block", "abort"]
+    assert d.kinds() == ["steer", "block", "block", "block", "stop"]
     stop = d.session.stop
     assert stop is not None
-    assert stop.kind == "abort"
+    assert stop.reason == "abort_threshold"
     assert stop.blocks == 3
     assert d.serial("other", {}, "x") == "Stop"
 
@@ -159,7 +159,7 @@ def test_everything_resets_at_a_new_request() -> None:
     d.events.clear()
     verdicts = [d.serial("read", {"path": "a"}, "same") for _ in range(5)]
     assert verdicts == ["Proceed"] * 4 + ["Block"]
-    assert d.kinds() == ["warn", "block"]
+    assert d.kinds() == ["steer", "block"]
 
 
 def test_announcing_the_current_request_again_does_not_reset() -> None:
@@ -181,7 +181,7 @@ def test_ignore_errors_makes_error_results_invisible() -> None:
     d.serial("read", {"path": "b"}, "ok")
     d.serial("read", {"path": "x"}, "boom", is_error=True)  # invisible
     d.serial("read", {"path": "b"}, "ok")
-    assert d.kinds() == ["warn"]
+    assert d.kinds() == ["steer"]
 
 
 def test_error_results_count_by_default() -> None:
@@ -210,7 +210,7 @@ def test_ignored_tools_are_never_counted_blocked_or_resetting() -> None:
     d.serial("read", {"path": "a"}, "same")
     d.serial("todo", {"x": 1}, "same")
     d.serial("read", {"path": "a"}, "same")
-    assert d.kinds() == ["warn"]
+    assert d.kinds() == ["steer"]
 
 
 def test_siblings_in_one_batch_do_not_count_against_each_other() -> None:
@@ -229,7 +229,7 @@ def test_only_the_last_call_of_a_batch_in_model_order_is_compared() -> None:
     d.serial("read", {"path": "a"}, "A")
     # The last call of this batch is the repeat: streak 3.
     d.batch([("ls", {}, "files"), ("read", {"path": "a"}, "A")])
-    assert d.kinds() == ["warn"]
+    assert d.kinds() == ["steer"]
     # Now the repeat comes first and ls last: the streak resets to ls.
     d.batch([("read", {"path": "a"}, "A"), ("ls", {}, "files")])
     assert d.serial("read", {"path": "a"}, "A") == "Proceed"
@@ -250,7 +250,7 @@ def test_results_arriving_out_of_order_settle_by_model_order() -> None:
             assert isinstance(session.check_call(call), Proceed)
         session.record_result(a, Result.of("A"))  # finishes first
         session.record_result(b, Result.of("files"))
-    assert events == ["warn"]
+    assert events == ["steer"]
 
 
 def test_each_sibling_is_checked_against_the_last_counted_step() -> None:
@@ -296,8 +296,8 @@ def test_use_terminate_ends_the_request_on_a_fully_blocked_batch() -> None:
     assert verdicts[-1] == "Block"
     stop = d.session.stop
     assert stop is not None
-    assert stop.kind == "terminate"
-    assert d.kinds() == ["warn", "block", "terminate"]
+    assert stop.reason == "use_terminate"
+    assert d.kinds() == ["steer", "block", "stop"]
 
 
 def test_use_terminate_lets_a_mixed_batch_continue() -> None:
@@ -322,7 +322,7 @@ def test_calls_after_an_abort_in_the_same_batch_are_answered_not_run() -> None:
     assert isinstance(verdicts[1], Block)
     assert "not run" in verdicts[1].message
     assert verdicts[1].blocks == 1  # not counted as a block
-    assert d.kinds() == ["warn", "block", "abort"]
+    assert d.kinds() == ["steer", "block", "stop"]
 
 
 def test_disabled_guard_never_intervenes() -> None:
@@ -405,7 +405,7 @@ def test_thresholds_are_respected(warn: int, block: int, abort: int) -> None:
     assert verdicts[: block - 1] == ["Proceed"] * (block - 1)
     assert verdicts[block - 1 : block - 1 + abort] == ["Block"] * abort
     assert set(verdicts[block - 1 + abort :]) == {"Stop"}
-    assert d.events[0].kind == "warn"
+    assert d.events[0].kind == "steer"
     assert d.events[0].streak == warn
     stop = d.session.stop
     assert isinstance(stop, Stop)

@@ -47,8 +47,8 @@ class Reference:
                 verdicts.append("Block")
                 self.events.append("block")
                 if self.blocks >= self.abort:
-                    self.stopped = "abort"
-                    self.events.append("abort")
+                    self.stopped = "abort_threshold"
+                    self.events.append("stop")
             else:
                 verdicts.append("Proceed")
         if self.stopped:
@@ -60,8 +60,8 @@ class Reference:
             and not (verdict == "Proceed" and self.ignore_errors and call[3])
         ]
         if self.use_terminate and all(v == "Block" for v in verdicts):
-            self.stopped = "terminate"
-            self.events.append("terminate")
+            self.stopped = "use_terminate"
+            self.events.append("stop")
         elif visible and visible[-1][1] == "Proceed":
             step = visible[-1][0]
             if step == self.last:
@@ -70,7 +70,7 @@ class Reference:
                 self.last, self.streak, self.warned = step, 1, False
             if self.streak >= self.warn and not self.warned:
                 self.warned = True
-                self.events.append("warn")
+                self.events.append("steer")
         return verdicts
 
 
@@ -130,7 +130,7 @@ def test_engine_matches_the_reference_model(
         assert [type(v).__name__ for v in verdicts] == expected, (index, batch)
         assert events == reference.events, (index, batch)
     stop = session.stop
-    assert (stop.kind if stop else None) == reference.stopped
+    assert (stop.reason if stop else None) == reference.stopped
 
 
 def _first_event(config: LoopGuardConfig, batches: list[list[tuple[str, int, int, bool]]]) -> int:

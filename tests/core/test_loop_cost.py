@@ -24,7 +24,7 @@ def test_repeats_the_guard_never_steps_into_cost_nothing() -> None:
     session = guard.session("t")
     for path in ["a", "a", "b", "c", "d", "d", "e"]:
         step(session, "read", {"p": path}, f"text of {path}", tokens=50)
-    assert guard.stats.warnings == 0
+    assert guard.stats.steers == 0
     assert guard.stats.cost == LoopCost()
     assert session.state.cost == LoopCost()
 
@@ -45,7 +45,7 @@ def test_a_streak_is_charged_from_its_first_repeat_at_the_steer() -> None:
     session = guard.session("t")
     for tokens in (10, 20, 30):
         step(session, "read", {"p": "a"}, "same", tokens)
-    assert [e.kind for e in events] == ["warn"]
+    assert [e.kind for e in events] == ["steer"]
     assert events[0].cost == LoopCost(model_calls=2, tool_runs=2, tokens=50)
     step(session, "read", {"p": "a"}, "same", 40)  # a repeat after the steer: as it comes
     assert guard.stats.cost == LoopCost(model_calls=3, tool_runs=3, tokens=90)
@@ -63,7 +63,7 @@ def test_a_loop_ends_with_the_first_step_that_is_no_repeat() -> None:
     assert session.state.unpaid == LoopCost(model_calls=1, tool_runs=1, tokens=10)
 
 
-def test_refused_calls_are_saved_and_their_responses_spent() -> None:
+def test_blocked_calls_are_saved_and_their_responses_spent() -> None:
     """Default thresholds: steer at 3, block from 5, abort at the 3rd block."""
     events: list[Any] = []
     guard = LoopGuard(on_event=events.append)
@@ -72,11 +72,11 @@ def test_refused_calls_are_saved_and_their_responses_spent() -> None:
     assert verdicts == ["Proceed"] * 4 + ["Block"] * 3
     costs = [(e.kind, e.cost) for e in events]
     assert costs == [
-        ("warn", LoopCost(2, 2, 200)),
+        ("steer", LoopCost(2, 2, 200)),
         ("block", LoopCost(3, 3, 300, tool_runs_saved=1)),
         ("block", LoopCost(4, 3, 400, tool_runs_saved=2)),
         ("block", LoopCost(5, 3, 500, tool_runs_saved=3)),
-        ("abort", LoopCost(6, 3, 600, tool_runs_saved=3)),
+        ("stop", LoopCost(6, 3, 600, tool_runs_saved=3)),
     ]
     assert guard.stats.cost == events[-1].cost
     assert guard.stats.by_tool["read"]["tool_runs_saved"] == 3

@@ -59,7 +59,7 @@ def test_a_message_sent_again_with_fresh_ids_is_a_near_repeat() -> None:
     """Steered and blocked `near_repeat_patience` calls later than exact repeats."""
     agent = Agent()
     verdicts = [agent.step("send", {"to": "ops", "text": "done"}, sent(n)) for n in range(9)]
-    assert agent.kinds[:2] == [(5, "warn", "repeat"), (7, "block", "repeat")]
+    assert agent.kinds[:2] == [(5, "steer", "repeat"), (7, "block", "repeat")]
     assert verdicts[:6] == ["Proceed"] * 6
     assert verdicts[6] == "Block"
 
@@ -72,7 +72,7 @@ def test_an_exact_repeat_of_a_result_with_fresh_values_is_judged_at_once() -> No
     agent = Agent()
     for _ in range(5):
         agent.step("send", {"to": "ops", "text": "done"}, sent(7))
-    assert agent.kinds == [(3, "warn", "repeat"), (5, "block", "repeat")]
+    assert agent.kinds == [(3, "steer", "repeat"), (5, "block", "repeat")]
 
 
 @pytest.mark.internals(
@@ -127,7 +127,7 @@ def test_an_error_is_compared_with_the_arguments_it_quotes_masked() -> None:
 @pytest.mark.internals(
     reason="how the adapters read a tool message into a Result; no public reader"
 )
-def test_an_error_naming_each_input_is_steered_once_and_never_refused() -> None:
+def test_an_error_naming_each_input_is_steered_once_and_never_blocked() -> None:
     agent = Agent()
     verdicts = [
         agent.step(
@@ -136,20 +136,20 @@ def test_an_error_naming_each_input_is_steered_once_and_never_refused() -> None:
         for n in range(10)
     ]
     assert verdicts == ["Proceed"] * 10
-    assert agent.kinds == [(4, "warn", "same_error")]
+    assert agent.kinds == [(4, "steer", "same_error")]
 
 
 @pytest.mark.internals(
     reason="how the adapters read a tool message into a Result; no public reader"
 )
-def test_a_broken_tool_with_one_error_for_every_input_is_still_refused() -> None:
+def test_a_broken_tool_with_one_error_for_every_input_is_still_blocked() -> None:
     agent = Agent()
     verdicts = [
         agent.step("lookup", {"query": f"q{n}"}, "'str' object has no attribute 'get'", error=True)
         for n in range(8)
     ]
     assert "Block" in verdicts
-    assert ("abort", None) in [(kind, reason) for _, kind, reason in agent.kinds]
+    assert ("stop", "abort_threshold") in [(kind, reason) for _, kind, reason in agent.kinds]
 
 
 @pytest.mark.internals(
@@ -163,7 +163,7 @@ def test_a_sweep_of_shell_commands_exiting_1_is_steered_once_at_most(shell: str)
         for n in range(12)
     ]
     assert verdicts == ["Proceed"] * 12
-    assert agent.kinds == [(4, "warn", "same_error")]
+    assert agent.kinds == [(4, "steer", "same_error")]
 
 
 @pytest.mark.internals(
@@ -185,7 +185,7 @@ def test_an_error_reported_in_the_text_is_an_error_result() -> None:
     agent = Agent()
     for n in range(6):
         agent.step("lookup", {"query": f"q{n}"}, "Error: service unavailable")
-    assert ("warn", "same_error") in [(kind, reason) for _, kind, reason in agent.kinds]
+    assert ("steer", "same_error") in [(kind, reason) for _, kind, reason in agent.kinds]
     assert result_of(ToolMessage("No errors found", tool_call_id="c")).is_error is False
 
 
@@ -198,7 +198,7 @@ def test_a_cycle_of_up_to_six_calls_is_steered_by_its_third_lap(period: int) -> 
     for _ in range(6):
         for n in range(period):
             agent.step("read", {"path": f"f{n}"}, f"contents {n}")
-    assert agent.kinds[0] == (3 * period, "warn", "cycle")
+    assert agent.kinds[0] == (3 * period, "steer", "cycle")
     assert "block" in [kind for _, kind, _ in agent.kinds]
 
 
@@ -220,8 +220,8 @@ def test_the_same_call_once_per_user_turn_is_one_rule_whatever_came_between() ->
         twice.new_request(f"r{turn}")
         for _ in range(2):
             twice.step("ls", {}, "")
-    assert plain.kinds == [(3, "warn", "interleaved")]
-    assert mixed.kinds == [(4, "warn", "interleaved")]
+    assert plain.kinds == [(3, "steer", "interleaved")]
+    assert mixed.kinds == [(4, "steer", "interleaved")]
     assert twice.kinds == []
 
 

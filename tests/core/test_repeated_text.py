@@ -109,10 +109,10 @@ def test_a_cut_reply_steers_then_blocks_then_stops() -> None:
     assert isinstance(third, Stop)
     assert "kept repeating the same text" in third.message
     assert [(e.kind, e.tool, e.reason) for e in events] == [
-        ("warn", REPLY, "repeated_text"),
+        ("steer", REPLY, "repeated_text"),
         ("block", REPLY, "repeated_text"),
         ("block", REPLY, "repeated_text"),
-        ("abort", REPLY, None),
+        ("stop", REPLY, "abort_threshold"),
     ]
     assert events[-1].cost == LoopCost(model_calls=3, tokens=1800)
     assert guard.stats.calls == 0  # no tool call was decided

@@ -113,4 +113,4 @@ def test_concurrent_conversations_match_isolated_runs(face: str) -> None:
         assert timeline(messages) == expected_history[task], task
         assert shared_by_conversation.get(task, []) == expected_events.get(task, []), task
     kinds = {kind for events in expected_events.values() for kind, _, _ in events}
-    assert kinds == {"warn", "block", "abort"}  # the mix really exercised every decision
+    assert kinds == {"steer", "block", "stop"}  # the mix really exercised every decision

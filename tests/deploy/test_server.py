@@ -39,7 +39,7 @@ LANGGRAPH = Path(sys.executable).parent / "langgraph"
 READY_TIMEOUT = 60.0
 TASK = "Summarise notes.md for me."
 READ_NOTES = {"path": "notes.md"}
-EXPECTED_KINDS = ["warn", "block", "block", "block", "abort"]
+EXPECTED_KINDS = ["steer", "block", "block", "block", "stop"]
 EVENT_KEYS = {
     "event",
     "kind",
@@ -243,17 +243,17 @@ def check_custom_events(
         assert event["args"] == READ_NOTES, "args as a JSON object, not a repr"
         assert isinstance(event["streak"], int)
         assert isinstance(event["message"], str)
-    warn, *blocks, abort = events
-    assert [event["reason"] for event in events] == ["repeat"] * 4 + [None]
-    assert warn["streak"] == 3
-    assert warn["blocks"] == 0
-    assert abort["blocks"] == 3
-    assert warn["message"] == next(m["content"] for m in messages if is_steer(m))
+    steer, *blocks, stop = events
+    assert [event["reason"] for event in events] == ["repeat"] * 4 + ["abort_threshold"]
+    assert steer["streak"] == 3
+    assert steer["blocks"] == 0
+    assert stop["blocks"] == 3
+    assert steer["message"] == next(m["content"] for m in messages if is_steer(m))
     assert [event["blocks"] for event in blocks] == [1, 2, 3]
     assert [event["message"] for event in blocks] == [
         m["content"] for m in messages if is_blocked(m)
     ]
-    assert abort["message"] == messages[-1]["content"]
+    assert stop["message"] == messages[-1]["content"]
     return events
 
 
@@ -282,7 +282,7 @@ def test_served_agent_is_steered_blocked_and_stopped(client: Any) -> None:
 
 
 def test_guard_events_arrive_on_the_custom_stream(client: Any) -> None:
-    """warn, block x3, abort: each once on the `custom` stream, matching what the thread shows."""
+    """steer, block x3, stop: each once on the `custom` stream, matching what the thread shows."""
     thread_id = client.threads.create()["thread_id"]
     parts, messages = run_request(client, thread_id)
     check_request(messages)

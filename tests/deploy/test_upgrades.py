@@ -25,7 +25,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
 
-from loop_guard import LoopGuardAbort, LoopGuardMiddleware, aupgrade_thread, upgrade_thread
+from loop_guard import LoopGuardMiddleware, LoopGuardStop, aupgrade_thread, upgrade_thread
 from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support import FIXTURES
 from tests.support.agents import (
@@ -58,11 +58,11 @@ def build(checkpointer: Any, *, approval: bool) -> Any:
 
 
 def runs_before_block(messages: list[BaseMessage]) -> int:
-    """Tool runs before the guard's first refusal."""
-    refused = {id(m) for m in blocked(messages)}
+    """Tool runs before the guard's first block."""
+    blocks = {id(m) for m in blocked(messages)}
     runs = 0
     for message in messages:
-        if id(message) in refused:
+        if id(message) in blocks:
             return runs
         runs += isinstance(message, ToolMessage)
     return runs
@@ -186,8 +186,8 @@ def face_agent(face: str, checkpointer: Any) -> tuple[Any, dict[str, Any]]:
 
 
 def ending(face: str) -> AbstractContextManager[object]:
-    """How a stopped request ends on `face`: the handler's with `LoopGuardAbort`."""
-    return pytest.raises(LoopGuardAbort) if face == "handler" else nullcontext()
+    """How a stopped request ends on `face`: the handler's with `LoopGuardStop`."""
+    return pytest.raises(LoopGuardStop) if face == "handler" else nullcontext()
 
 
 def run_face(face: str, path: Path, payload: Any, *, sync: bool) -> list[BaseMessage]:

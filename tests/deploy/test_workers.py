@@ -177,7 +177,7 @@ class Run:
     timeline: list[str]
     runs: Counter[str]
     model_calls: int
-    aborted: bool  # the last command ended with LoopGuardAbort (the handler's stop)
+    aborted: bool  # the last command ended with LoopGuardStop (the handler's stop)
     log: list[str]  # who did what, for failure messages
 
 
@@ -308,8 +308,8 @@ def assert_guarded(run: Run, pool: Pool) -> None:
     blocks = sum(line.startswith(f"tool:error:{BLOCK}") for line in timeline)
     assert blocks == 3, summary(run)
     if face == "handler":
-        # No node: the steer rides on the 3rd tool result, and the handler refuses the
-        # next model call with LoopGuardAbort (the thread ends with the last block).
+        # No node: the steer rides on the 3rd tool result, and the handler stops the
+        # next model call with LoopGuardStop (the thread ends with the last block).
         assert steer[0].startswith("tool:error:"), steer
         assert run.aborted, summary(run)
         assert not any(line.startswith("ai[loop_guard]") for line in timeline)
@@ -352,7 +352,7 @@ def test_one_worker_alone_is_steered_blocked_and_stopped(pool: Pool, new_thread:
     assert whole.timeline[0] == ASK
     assert_guarded(whole, pool)
     assert whole.runs == Counter(read_file=4), summary(whole)
-    # The handler refuses the 8th model call, or the guarded tool the 8th's tool call.
+    # The handler stops the 8th model call, or the guarded tool the 8th's tool call.
     assert whole.model_calls == 7 + pool.stops_late, summary(whole)
 
 

@@ -99,7 +99,7 @@ def test_the_run_pauses_with_a_human_in_the_loop_request(mode: str) -> None:
         {"action_name": "list_dir", "allowed_decisions": ["approve", "edit", "reject"]}
     ]
     facts = asked["loop_guard"]
-    assert (facts["kind"], facts["streak"], facts["blocks"]) == ("abort", 4, 3)
+    assert (facts["reason"], facts["streak"], facts["blocks"]) == ("abort_threshold", 4, 3)
     assert (agent.model.calls, agent.ran) == (7, 4)
     # The reply that stopped the request is in the thread, its call not yet answered.
     last = agent.messages()[-1]
@@ -133,7 +133,7 @@ def test_edit_keeps_going_with_the_limits_raised(mode: str) -> None:
         paused = agent.resume(EDIT, mode)
     assert "__interrupt__" in paused
     assert agent.ran == 4 + 4
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -20,7 +20,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from evals.catalogue import SCENARIOS, THREAD, Recorder, Scenario, split, toolbox, via_middleware
-from loop_guard import LoopGuard, LoopGuardAbort, LoopGuardCallbackHandler, guard_tools
+from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardStop, guard_tools
 from loop_guard.testing import ScriptedChatModel
 from tests.support.agents import assert_valid_history, build_graph, timeline
 
@@ -72,7 +72,7 @@ def _requests(
                 messages = graph.invoke(payload, config)["messages"]
             else:
                 messages = asyncio.run(graph.ainvoke(payload, config))["messages"]
-        except LoopGuardAbort:
+        except LoopGuardStop:
             messages = list(graph.get_state(THREAD).values["messages"])
     return messages
 

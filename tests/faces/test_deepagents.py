@@ -23,7 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from loop_guard import GUARD_NAME, GuardEvent, LoopGuardAbort, LoopGuardMiddleware
+from loop_guard import GUARD_NAME, GuardEvent, LoopGuardMiddleware, LoopGuardStop
 from loop_guard.deepagents import create_guarded_deep_agent
 from loop_guard.testing import ScriptedChatModel, asked_to_answer, tool_calls_message
 from tests.support.agents import assert_valid_history, blocked, current_request, final_stop, steers
@@ -146,7 +146,7 @@ def test_a_stubborn_general_purpose_subagent_is_steered_blocked_and_stopped(sync
     assert result.startswith("Stopped by loop_guard")
     assert messages[-1].content == f"Report: {result}"
     assert final_stop(messages) is None  # the main agent was not stopped
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
     assert_valid_history(messages)
 
 
@@ -278,7 +278,7 @@ def test_exit_behavior_error_raises_in_the_main_agent_only() -> None:
     play = Play(lambda results: tool_calls_message(("task", {"description": FIND,
                 "subagent_type": "general-purpose"})), answering_sub)  # fmt: skip
     agent = create_guarded_deep_agent(ScriptedChatModel(script=play), [], middleware=[guard])
-    with pytest.raises(LoopGuardAbort):
+    with pytest.raises(LoopGuardStop):
         agent.invoke({"messages": [HumanMessage("Summarise it.")]})
 
 

@@ -16,9 +16,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from loop_guard import (
     GuardEvent,
     LoopGuard,
-    LoopGuardAbort,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
+    LoopGuardStop,
     guard_tools,
 )
 from loop_guard.testing import ScriptedChatModel, sequence
@@ -101,7 +101,7 @@ def test_one_guard_live_and_a_fresh_guard_agree_for_the_handler() -> None:
             "callbacks": [LoopGuardCallbackHandler(guard)],
         }
         graph.invoke({"messages": [HumanMessage(f"try {request}")]}, config)
-    assert [(e.kind, e.reason) for e in events] == [("warn", "interleaved")]
+    assert [(e.kind, e.reason) for e in events] == [("steer", "interleaved")]
 
 
 def test_batches_that_count_no_step_do_not_shorten_the_rebuilt_memory() -> None:
@@ -181,7 +181,7 @@ SHAPES = {
 
 
 def run_face(face: str, turns: list[Any], mode: Mode) -> tuple[Any, Counter[str]]:
-    """The final messages (or the `LoopGuardAbort` that ended the run) and the tool runs."""
+    """The final messages (or the `LoopGuardStop` that ended the run) and the tool runs."""
     runs: Counter[str] = Counter()
     model = ScriptedChatModel(script=sequence(*turns))
     config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 200}
@@ -195,7 +195,7 @@ def run_face(face: str, turns: list[Any], mode: Mode) -> tuple[Any, Counter[str]
         config["callbacks"] = [LoopGuardCallbackHandler(guard)]
     try:
         return run(agent, {"messages": [HumanMessage("find the roadmap")]}, config, mode), runs
-    except LoopGuardAbort as abort:
+    except LoopGuardStop as abort:
         return abort, runs
 
 
@@ -209,7 +209,7 @@ def test_both_loop_shapes_are_stopped_through_every_face(shape: str, face: str, 
     else:
         assert runs["lookup"] <= 5, runs
     if face == "wrapper+handler":
-        assert isinstance(outcome, LoopGuardAbort), outcome
+        assert isinstance(outcome, LoopGuardStop), outcome
         assert "Stopped by loop_guard" in str(outcome)
         return
     assert_valid_history(outcome)
@@ -266,4 +266,4 @@ def test_a_fresh_guard_at_every_step_decides_as_one_uninterrupted_run(
     assert events == live_events
     assert runs == live_runs
     assert [m.content for m in resumed["messages"]] == [m.content for m in live["messages"]]
-    assert live_events[-1] == ("abort", None)
+    assert live_events[-1] == ("stop", "abort_threshold")

@@ -19,10 +19,10 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from loop_guard import (
     GUARD_NAME,
     LoopGuard,
-    LoopGuardAbort,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
     LoopGuardNode,
+    LoopGuardStop,
     guard_tools,
 )
 from loop_guard.testing import ScriptedChatModel, obedient, stubborn
@@ -92,7 +92,7 @@ def guard_events_on_the_custom_stream(agent: Any, config: Any) -> list[dict[str,
         for mode, data in agent.stream(ask(), config, stream_mode=["updates", "custom"]):
             if mode == "custom" and data.get("event") == GUARD_NAME:
                 custom.append(data)
-    except LoopGuardAbort:
+    except LoopGuardStop:
         pass  # the wrapper + handler pairing stops by raising before the next model call
     return custom
 
@@ -114,7 +114,7 @@ def test_every_event_reaches_the_custom_stream_once_as_json(face: str) -> None:
         config["callbacks"] = [LoopGuardCallbackHandler(guard)]
     events = guard_events_on_the_custom_stream(agent, config)
     kinds = [event["kind"] for event in events]
-    assert kinds == ["warn", "block", "block", "block", "abort"]
+    assert kinds == ["steer", "block", "block", "block", "stop"]
     assert json.loads(json.dumps(events)) == events
     assert events[0]["reason"] == "repeat"
     assert events[0]["args"] == {"path": "notes.md"}
@@ -141,7 +141,7 @@ def test_plain_functions_and_provider_tools_are_accepted() -> None:
     assert wrapped[1] is web_search  # runs at the provider: passed through untouched
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
     agent = create_agent(model, [wrapped[0]], middleware=[], checkpointer=InMemorySaver())
-    with pytest.raises(LoopGuardAbort):
+    with pytest.raises(LoopGuardStop):
         agent.invoke(ask(), {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]})
     assert runs.counts["read_file"] == 4
 
@@ -195,10 +195,10 @@ def test_a_stop_through_the_handler_is_not_logged_as_a_callback_error(
     guard = LoopGuard()
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
     agent = create_agent(model, guard_tools(make_tools(ToolRuns()), guard))
-    with caplog.at_level(logging.INFO), pytest.raises(LoopGuardAbort):
+    with caplog.at_level(logging.INFO), pytest.raises(LoopGuardStop):
         run(agent, ask(), {"callbacks": [LoopGuardCallbackHandler(guard)]}, mode)
     assert "Error in LoopGuardCallbackHandler" not in caplog.text
-    assert "loop guard abort" in caplog.text  # the guard's own record of the stop
+    assert "loop guard stop" in caplog.text  # the guard's own record of the stop
 
 
 def test_the_stop_message_ends_a_graph_run_cleanly() -> None:
@@ -242,7 +242,7 @@ def test_events_of_a_run_outside_langgraph_log_no_error(caplog: pytest.LogCaptur
 
     with caplog.at_level(logging.INFO, logger="loop_guard"):
         RunnableLambda(twice).invoke(None, {"callbacks": [LoopGuardCallbackHandler(guard)]})
-    assert guard.stats.warnings == 1
+    assert guard.stats.steers == 1
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
@@ -262,7 +262,7 @@ def test_a_subclass_of_the_handler_stops_quietly_too(caplog: pytest.LogCaptureFi
     agent = create_agent(
         ScriptedChatModel(script=stubborn(READ_NOTES)), guard_tools(make_tools(ToolRuns()), guard)
     )
-    with caplog.at_level(logging.INFO), pytest.raises(LoopGuardAbort):
+    with caplog.at_level(logging.INFO), pytest.raises(LoopGuardStop):
         agent.invoke(ask(), {"callbacks": [Mine(guard)]})
     assert "Error in Mine" not in caplog.text
 

@@ -51,10 +51,10 @@ from loop_guard import (
     GUARD_NAME,
     GuardEvent,
     LoopGuard,
-    LoopGuardAbort,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
     LoopGuardNode,
+    LoopGuardStop,
     guard_tools,
 )
 from loop_guard.testing import ScriptedChatModel, ToolCallSpec, tool_calls_message
@@ -281,7 +281,7 @@ def _invoke(agent: Runnable[Any, Any], payload: Any, config: Any, asynchronous: 
             asyncio.run(agent.ainvoke(payload, config))
         else:
             agent.invoke(payload, config)
-    except LoopGuardAbort:
+    except LoopGuardStop:
         return "raised"
     return "ran"
 

@@ -48,7 +48,7 @@ from tests.support.agents import (
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
 ANSWER = "I could not read notes.md: it does not exist. Check the path."
-KINDS = ["warn", "block", "block", "block", "abort"]
+KINDS = ["steer", "block", "block", "block", "stop"]
 
 
 answers_when_stopped = stubborn(READ_NOTES, answer=ANSWER)

@@ -29,9 +29,9 @@ from loop_guard import (
     Call,
     GuardEvent,
     LoopGuard,
-    LoopGuardAbort,
     LoopGuardCallbackHandler,
     LoopGuardNode,
+    LoopGuardStop,
     Result,
     guard_tools,
 )
@@ -91,7 +91,7 @@ def test_stubborn_model_in_a_hand_built_graph(mode: Mode) -> None:
         assert len(blocked(this_request)) == 3
         assert final_stop(messages) is not None
         assert_valid_history(messages)
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"] * 2
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"] * 2
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
@@ -126,7 +126,7 @@ def test_parallel_identical_and_different_siblings_in_a_graph() -> None:
     # The listing runs 4 times; from the 5th response on it is blocked, and a blocked last
     # call never resets the streak, so it stays blocked while its siblings run.
     assert runs.counts == {"read_file": 12, "list_dir": 4}
-    assert [e.kind for e in events] == ["warn", "block", "block"]
+    assert [e.kind for e in events] == ["steer", "block", "block"]
     assert {e.tool for e in events} == {"list_dir"}
 
 
@@ -136,7 +136,7 @@ def test_identical_siblings_are_blocked_together() -> None:
     messages = run(graph, ask(), THREAD, "ainvoke")
     assert runs.counts["read_file"] == 8
     assert model.calls == 6
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
     assert final_stop(messages) is not None
     assert_valid_history(messages)
 
@@ -159,7 +159,7 @@ def test_use_terminate_through_the_graph() -> None:
     messages = run(graph, ask(), THREAD, "invoke")
     assert runs.counts["read_file"] == 4
     assert model.calls == 5
-    assert [e.kind for e in events] == ["warn", "block", "terminate"]
+    assert [e.kind for e in events] == ["steer", "block", "stop"]
     assert final_stop(messages) is not None
     assert_valid_history(messages)
 
@@ -250,25 +250,25 @@ def test_create_agent_with_wrapped_tools_and_the_handler(mode: Mode) -> None:
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
     agent = create_agent(model, guard_tools(make_tools(runs), guard), checkpointer=InMemorySaver())
     config = {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]}
-    with capture_events(guard) as events, pytest.raises(LoopGuardAbort) as raised:
+    with capture_events(guard) as events, pytest.raises(LoopGuardStop) as raised:
         run(agent, ask(), config, mode)
-    assert raised.value.stop.kind == "abort"
+    assert raised.value.stop.reason == "abort_threshold"
     assert runs.counts["read_file"] == 4
     assert model.calls == 7  # the 8th model call was refused, not made
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
     messages = agent.get_state(THREAD).values["messages"]
     assert len(blocked(messages)) == 3
     assert "LOOP GUARD: you have called" in str(messages[6].content)  # steer on the 3rd result
 
 
 def test_wrapped_tools_alone_stop_at_the_next_call_after_the_abort() -> None:
-    """Without handler or node the request still cannot run on: LoopGuardAbort is raised."""
+    """Without handler or node the request still cannot run on: LoopGuardStop is raised."""
     runs = ToolRuns()
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
     agent = create_agent(
         model, guard_tools(make_tools(runs), LoopGuard()), checkpointer=InMemorySaver()
     )
-    with pytest.raises(LoopGuardAbort):
+    with pytest.raises(LoopGuardStop):
         agent.invoke(ask(), THREAD)
     assert runs.counts["read_file"] == 4
     assert model.calls == 8
@@ -283,7 +283,7 @@ def test_handler_alone_observes_and_emits_events() -> None:
     with capture_events(guard) as events:
         agent.invoke(ask(), {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]})
     assert runs.counts["read_file"] == 4
-    assert [(e.kind, e.streak, e.conversation) for e in events] == [("warn", 3, "t1")]
+    assert [(e.kind, e.streak, e.conversation) for e in events] == [("steer", 3, "t1")]
 
 
 def test_handler_wrapper_and_node_together_count_each_step_once() -> None:
@@ -296,7 +296,7 @@ def test_handler_wrapper_and_node_together_count_each_step_once() -> None:
     for mode in ("invoke", "astream"):
         with capture_events(guard) as events:
             messages = run(graph, ask(), config, mode)  # type: ignore[arg-type]
-        assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+        assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
         assert final_stop(messages) is not None
     assert runs.counts["read_file"] == 8
 
@@ -309,7 +309,7 @@ def test_handler_without_a_thread_keys_the_run() -> None:
     graph = build_graph(model, make_tools(ToolRuns()), guard)
     with capture_events(guard) as events:
         graph.invoke(ask(), {"callbacks": [LoopGuardCallbackHandler(guard)]})
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
     assert {e.conversation for e in events} == {events[0].conversation}
     assert events[0].conversation.startswith("run:")
     assert guard._conversations.states == {}  # the finished run's state was released
@@ -505,9 +505,9 @@ def test_a_summary_another_middleware_writes_is_not_a_new_request(face: str) -> 
             model, guard_tools(make_tools(runs), guard), middleware=[summarize],
             checkpointer=InMemorySaver(),
         )  # fmt: skip
-        with pytest.raises(LoopGuardAbort):
+        with pytest.raises(LoopGuardStop):
             agent.invoke(ask(), {**config, "callbacks": [LoopGuardCallbackHandler(guard)]})
-        assert guard.stats.warnings == 1
+        assert guard.stats.steers == 1
     assert runs.counts["read_file"] == 4
 
 
@@ -547,14 +547,14 @@ def test_a_fork_from_an_earlier_checkpoint_decides_as_a_fresh_process(mode: Mode
         messages = run(forked, None, fork.config, mode)
         decided.append(([(e.kind, e.streak) for e in events], timeline(messages)))
     assert decided[0] == decided[1]
-    assert decided[0][0] == [("warn", 3)]
+    assert decided[0][0] == [("steer", 3)]
 
 
 def test_inputs_invoked_twice_without_a_thread_start_fresh() -> None:
     """The same inputs invoked twice on one guard, no thread, no handler: LangGraph gives
     the user message its id in place, so both runs name the same request; the second is
     rebuilt from its own history, and does not inherit the first run's stop (the tool
-    raises no LoopGuardAbort)."""
+    raises no LoopGuardStop)."""
     guard = LoopGuard()
     inputs = ask()
     outcomes = []

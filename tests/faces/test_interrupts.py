@@ -22,9 +22,9 @@ from langgraph.types import Command, interrupt
 from loop_guard import (
     GuardEvent,
     LoopGuard,
-    LoopGuardAbort,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
+    LoopGuardStop,
     guard_tools,
 )
 from loop_guard.testing import ScriptedChatModel, stubborn
@@ -101,7 +101,7 @@ def approve_every_call(agent: Any, config: Any, sync: bool) -> tuple[list[BaseMe
             approvals += 1
             assert approvals < 30, "the stuck call was never steered nor blocked"
             result = step(Command(resume=APPROVED))
-    except LoopGuardAbort:  # the handler alone ends a run by raising
+    except LoopGuardStop:  # the handler alone ends a run by raising
         pass
     return list(agent.get_state(config).values["messages"]), approvals
 
@@ -142,7 +142,7 @@ def test_an_approved_call_counts_once_with_its_result_after_the_resume(
     assert timeline(current_request(messages)) == timeline(current_request(expected))
     assert approvals == runs.counts["fetch"] == baseline_runs.counts["fetch"] == 4
     assert [e.kind for e in events] == [e.kind for e in baseline_events]
-    assert [e.kind for e in events][:2] == ["warn", "block"]
+    assert [e.kind for e in events][:2] == ["steer", "block"]
     assert events[0].streak == 3
     assert len(steers(messages)) == (0 if face == "handler" else 1)  # the handler: in-band
     if face != "handler":
@@ -181,13 +181,13 @@ def test_a_batch_cancelled_mid_run_gives_no_extra_run_after(face: Face) -> None:
         with pytest.raises((TimeoutError, asyncio.TimeoutError)):
             await asyncio.wait_for(agent.ainvoke(ask(), config), timeout=1.0)
         assert (started, finished.counts["fetch"]) == (2, 1)
-        with contextlib.suppress(LoopGuardAbort):  # the handler alone ends a run by raising
+        with contextlib.suppress(LoopGuardStop):  # the handler alone ends a run by raising
             await agent.ainvoke(None, config)  # run again from the checkpoint
         return list(agent.get_state(config).values["messages"])
 
     messages = asyncio.run(main())
     assert_valid_history(messages)
     assert finished.counts["fetch"] == 4
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
     if face != "handler":
         assert final_stop(messages) is not None

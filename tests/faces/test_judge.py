@@ -77,7 +77,7 @@ def test_a_rephrased_search_is_judged_and_steered() -> None:
         messages = agent.invoke(ask())["messages"]
     assert [(e.kind, e.tool, e.reason) for e in events] == [
         ("judge", JUDGE, None),
-        ("warn", JUDGE, "judge"),
+        ("steer", JUDGE, "judge"),
     ]
     assert events[0].message == "no progress: the same search, rephrased"
     assert (events[0].cost.model_calls, events[0].cost.tokens) == (1, 930)
@@ -88,7 +88,7 @@ def test_a_rephrased_search_is_judged_and_steered() -> None:
     assert "not making progress" in steer.text
     assert "rephrased" not in steer.text  # the judge's words never reach the agent
     stats = middleware.guard.stats
-    assert (stats.judgments, stats.judge_tokens, stats.warnings, stats.blocks) == (1, 930, 1, 0)
+    assert (stats.judgments, stats.judge_tokens, stats.steers, stats.blocks) == (1, 930, 1, 0)
 
 
 def test_healthy_work_is_never_judged() -> None:
@@ -135,7 +135,7 @@ def test_a_judge_that_always_says_no_progress_can_only_steer() -> None:
     with capture_events(middleware.guard) as events:
         messages = agent.invoke(ask(), {"recursion_limit": 200})["messages"]
     kinds = [e.kind for e in events]
-    assert set(kinds) == {"judge", "warn"}
+    assert set(kinds) == {"judge", "steer"}
     assert kinds.count("judge") == 4
     assert messages[-1].text == "done"
     assert sum(m.type == "tool" and m.status == "error" for m in messages) == 0

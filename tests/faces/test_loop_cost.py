@@ -22,7 +22,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
 
-from loop_guard import GuardEvent, LoopCost, LoopGuardAbort, LoopGuardConfig, LoopGuardMiddleware
+from loop_guard import GuardEvent, LoopCost, LoopGuardConfig, LoopGuardMiddleware, LoopGuardStop
 from loop_guard._readers import Conversation
 from loop_guard.scan import print_table, scan_conversation
 from loop_guard.testing import ScriptedChatModel, stubborn, with_usage
@@ -34,11 +34,11 @@ USAGE = {"input_tokens": 90, "output_tokens": 10, "total_tokens": 100}
 # The 1st reply is no repeat; the 2nd and 3rd are charged at the steer, the 4th as it
 # comes, each blocked one's reply is a model call spent and a tool run saved.
 KINDS_AND_COSTS = [
-    ("warn", LoopCost(2, 2, 200)),
+    ("steer", LoopCost(2, 2, 200)),
     ("block", LoopCost(3, 3, 300, tool_runs_saved=1)),
     ("block", LoopCost(4, 3, 400, tool_runs_saved=2)),
     ("block", LoopCost(5, 3, 500, tool_runs_saved=3)),
-    ("abort", LoopCost(6, 3, 600, tool_runs_saved=3)),
+    ("stop", LoopCost(6, 3, 600, tool_runs_saved=3)),
 ]
 FACES = ["middleware", "graph", "handler"]
 
@@ -56,7 +56,7 @@ def run_loop(face: str, mode: str, thread: str = "t", checkpointer: Any = None) 
             agent.invoke(ask(), config)
         else:
             asyncio.run(agent.ainvoke(ask(), config))
-    except LoopGuardAbort:  # the handler's way to end a stopped request
+    except LoopGuardStop:  # the handler's way to end a stopped request
         pass
     assert model.calls == 7
     return events

@@ -23,9 +23,9 @@ from langgraph.types import Command
 from loop_guard import (
     GuardEvent,
     LoopCost,
-    LoopGuardAbort,
     LoopGuardConfig,
     LoopGuardMiddleware,
+    LoopGuardStop,
 )
 from loop_guard.testing import (
     ScriptedChatModel,
@@ -169,13 +169,13 @@ def test_counters_do_not_leak_into_the_next_request() -> None:
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
-def test_exit_behavior_error_raises_loop_guard_abort(mode: Mode) -> None:
+def test_exit_behavior_error_raises_loop_guard_stop(mode: Mode) -> None:
     """exit_behavior='error' raises once the history is complete: the thread stays valid."""
     agent, _, runs = build(stubborn(READ_NOTES), exit_behavior="error")
     config = {"configurable": {"thread_id": "t1"}}
-    with pytest.raises(LoopGuardAbort) as raised:
+    with pytest.raises(LoopGuardStop) as raised:
         run(agent, ask(), config, mode)
-    assert raised.value.stop.kind == "abort"
+    assert raised.value.stop.reason == "abort_threshold"
     assert raised.value.stop.blocks == 3
     assert runs.counts["read_file"] == 4
     assert_valid_history(agent.get_state(config).values["messages"])
@@ -208,7 +208,7 @@ def test_events_reach_on_event_with_the_thread_as_conversation() -> None:
     events: list[GuardEvent] = []
     agent, _, _ = build(stubborn(READ_NOTES), on_event=events.append)
     run(agent, ask(), {"configurable": {"thread_id": "t-events"}}, "invoke")
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
     assert {e.conversation for e in events} == {"t-events"}
     assert events[0].args == {"path": "notes.md"}
     assert [e.streak for e in events] == [3, 4, 4, 4, 4]
@@ -222,8 +222,8 @@ def test_block_event_message_is_the_text_the_model_saw() -> None:
     messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, "invoke")
     block_texts = [e.message for e in events if e.kind == "block"]
     assert block_texts == [m.content for m in blocked(messages)]
-    assert [e.message for e in events if e.kind == "warn"] == [steers(messages)[0].content]
-    assert [e.message for e in events if e.kind == "abort"] == [messages[-1].content]
+    assert [e.message for e in events if e.kind == "steer"] == [steers(messages)[0].content]
+    assert [e.message for e in events if e.kind == "stop"] == [messages[-1].content]
 
 
 def test_without_a_thread_id_each_run_is_its_own_conversation() -> None:
@@ -575,8 +575,8 @@ def test_a_model_call_run_again_by_other_middleware_publishes_each_decision_once
         messages = agent.invoke(ask(), THREAD)["messages"]
     assert_valid_history(messages)
     assert len(steers(messages)) == 1
-    assert [e.kind for e in events] == ["warn"]
-    assert guard.guard.stats.warnings == 1
+    assert [e.kind for e in events] == ["steer"]
+    assert guard.guard.stats.steers == 1
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -623,7 +623,7 @@ def test_a_failed_re_ask_under_model_retry_ends_with_the_guard_stop(mode: Mode, 
     assert runs.counts["read_file"] == 4
     assert len(steers(messages)) == 1
     assert len(blocked(messages)) == 3
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
     assert guard.guard.stats.blocks == 3
     # What the loop cost is charged once however often a failed call was retried.
     cost = LoopCost(model_calls=6, tool_runs=3, tool_runs_saved=3)
@@ -654,6 +654,6 @@ def test_a_failed_re_ask_under_model_fallback_ends_with_the_guard_stop(mode: Mod
     assert_valid_history(messages)
     assert final_stop(messages) is not None
     assert len(blocked(messages)) == 3
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
     assert guard.guard.stats.blocks == 3
     assert (model.calls, fallback.calls) == (9, 0)  # 7 replies, 2 failed re-asks

@@ -34,9 +34,9 @@ from loop_guard import (
     GUARD_NAME,
     GuardEvent,
     LoopGuard,
-    LoopGuardAbort,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
+    LoopGuardStop,
     guard_tools,
 )
 from loop_guard.testing import Script, ScriptedChatModel, stubborn, tool_calls_message
@@ -55,8 +55,8 @@ MODES: tuple[Mode, ...] = ("invoke", "ainvoke")
 
 THREAD = "t"
 READ = ("read_file", {"path": "notes.md"})
-STOPPED = [("warn", "read_file"), *[("block", "read_file")] * 3, ("abort", "read_file")]
-STEERED = [("warn", "list_dir")]
+STOPPED = [("steer", "read_file"), *[("block", "read_file")] * 3, ("stop", "read_file")]
+STEERED = [("steer", "list_dir")]
 
 
 class Guarded:
@@ -211,7 +211,7 @@ def test_a_stuck_worker_is_stopped_alone(face: Face, mode: Mode) -> None:
     the thread goes the same way. The two agents' events are two conversations.
 
     Through the handler too: it ends the worker's subgraph at its stop, in place of the
-    worker's next model call, and no `LoopGuardAbort` escapes the parent.
+    worker's next model call, and no `LoopGuardStop` escapes the parent.
     """
     guarded = Guarded(face)
     parent, runs = siblings(guarded, supervisor_script(), stuck(), back_to_supervisor=True)
@@ -282,7 +282,7 @@ def delegate_tool(subagent: Any, *, pass_config: bool) -> BaseTool:
             output = subagent.invoke(
                 {"messages": [HumanMessage(task)]}, config if pass_config else None
             )
-        except LoopGuardAbort as stop:
+        except LoopGuardStop as stop:
             return str(stop)
         return answer(output)
 
@@ -291,7 +291,7 @@ def delegate_tool(subagent: Any, *, pass_config: bool) -> BaseTool:
             output = await subagent.ainvoke(
                 {"messages": [HumanMessage(task)]}, config if pass_config else None
             )
-        except LoopGuardAbort as stop:
+        except LoopGuardStop as stop:
             return str(stop)
         return answer(output)
 
@@ -366,7 +366,7 @@ def test_parallel_runs_of_one_subagent_are_apart(face: Face, mode: Mode) -> None
 def test_a_subagent_run_inside_a_tool_outside_a_thread_is_apart(face: Face, mode: Mode) -> None:
     """Without a thread (no checkpointer) the subagent's run is still a conversation of
     its own, not the caller's top-level run: through the handler too, its stop does not
-    stop the caller after the delegation (no `LoopGuardAbort` out of the caller)."""
+    stop the caller after the delegation (no `LoopGuardStop` out of the caller)."""
     guarded = Guarded(face)
     caller, runs, sub_model = caller_with_subagent(guarded, ["find notes"], pass_config=True)
     messages = guarded.run(caller, "go", mode, thread=False)
@@ -406,7 +406,7 @@ def test_a_stuck_send_branch_ends_alone_and_its_siblings_finish(face: Face, mode
     """Three `Send` branches run one guarded agent; the one whose task is stuck is
     stopped after its own 4 runs and answers with the stop, the healthy ones answer as
     usual, and the parent's `invoke` completes. Through the handler too: the stuck
-    branch's `LoopGuardAbort` never escapes the parent to fail the whole map step."""
+    branch's `LoopGuardStop` never escapes the parent to fail the whole map step."""
     guarded = Guarded(face)
     runs = ToolRuns()
 

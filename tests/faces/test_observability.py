@@ -19,7 +19,7 @@ from loop_guard.testing import ScriptedChatModel, capture_events, stubborn
 from tests.support.agents import ToolRuns, ask, build_graph, make_tools, needs_async_context
 
 READ = ("read_file", {"path": "notes.md"})
-KINDS = ["warn", "block", "block", "block", "abort"]
+KINDS = ["steer", "block", "block", "block", "stop"]
 
 
 class CustomEvents(BaseCallbackHandler):
@@ -100,14 +100,13 @@ def test_on_event_log_and_custom_event_agree(caplog: pytest.LogCaptureFixture) -
 
 
 def test_counters_through_the_middleware() -> None:
-    """The middleware's guard counts calls, warnings, blocks and aborts, per tool too."""
+    """The middleware's guard counts calls, steers, blocks and stops, per tool too."""
     middleware = LoopGuardMiddleware()
     agent = agent_with_middleware(middleware)
     for thread in ("a", "b"):
         agent.invoke(ask(), {"configurable": {"thread_id": thread}})
     stats = middleware.guard.stats
-    assert (stats.calls, stats.warnings, stats.blocks, stats.aborts) == (14, 2, 6, 2)
-    assert stats.terminations == 0
+    assert (stats.calls, stats.steers, stats.blocks, stats.stops) == (14, 2, 6, 2)
     # Per thread: the repeats 2 and 3 are charged at the steer, run 4 as it comes; each
     # of the 3 blocked responses is a model call spent and a tool run saved.
     cost = LoopCost(model_calls=12, tool_runs=6, tool_runs_saved=6)
@@ -115,10 +114,9 @@ def test_counters_through_the_middleware() -> None:
     assert stats.by_tool == {
         "read_file": {
             "calls": 14,
-            "warnings": 2,
+            "steers": 2,
             "blocks": 6,
-            "aborts": 2,
-            "terminations": 0,
+            "stops": 2,
             "errors": 0,
             "judgments": 0,
             "judge_tokens": 0,
@@ -132,7 +130,7 @@ def test_counters_through_the_graph() -> None:
     guard = LoopGuard()
     graph_with_node(guard).invoke(ask(), {"configurable": {"thread_id": "t"}})
     stats = guard.stats
-    assert (stats.warnings, stats.blocks, stats.aborts) == (1, 3, 1)
+    assert (stats.steers, stats.blocks, stats.stops) == (1, 3, 1)
     assert stats.calls >= 7
 
 
@@ -147,7 +145,7 @@ def test_the_engine_alone_dispatches_nothing_and_does_not_fail() -> None:
     call = Call.of("ls", {})
     guard.session("t").check_call(call)
     guard.session("t").record_result(call, Result.of("x"))
-    assert guard.stats.warnings == 1
+    assert guard.stats.steers == 1
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from loop_guard import LoopGuardAbort
+from loop_guard import LoopGuardStop
 from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support import ROOT
 from tests.support.agents import Mode, ToolRuns, ask, guarded_agent, make_tools, run
@@ -54,7 +54,7 @@ def handler_face(model: Any, runs: ToolRuns) -> tuple[Any, dict[str, Any]]:
 
 
 def counts() -> Counter[tuple[str, str, str]]:
-    """Every loop_guard counter's cumulative sum, by (name, tool, reason or stop kind)."""
+    """Every loop_guard counter's cumulative sum, by (name, tool, reason)."""
     found: Counter[tuple[str, str, str]] = Counter()
     data = READER.get_metrics_data()
     for resource in data.resource_metrics if data is not None else ():
@@ -64,10 +64,8 @@ def counts() -> Counter[tuple[str, str, str]]:
             for metric in scope.metrics:
                 for point in metric.data.data_points:
                     attributes = point.attributes or {}
-                    detail = attributes.get("loop_guard.reason") or attributes.get(
-                        "loop_guard.stop_kind", ""
-                    )
-                    key = (metric.name, str(attributes.get("gen_ai.tool.name")), str(detail))
+                    reason = attributes.get("loop_guard.reason", "")
+                    key = (metric.name, str(attributes.get("gen_ai.tool.name")), str(reason))
                     found[key] += int(point.value)
     return found
 
@@ -87,7 +85,7 @@ def test_each_steer_block_and_stop_is_a_span_event_and_a_count(face: Face, mode:
     with TRACER.start_as_current_span("agent run"):
         try:
             run(agent, ask(), config, mode)
-        except LoopGuardAbort:
+        except LoopGuardStop:
             assert face is handler_face  # the handler's stop raises
     (span,) = [span for span in SPANS.get_finished_spans() if span.name == "agent run"]
     names = [event.name for event in span.events]
@@ -103,7 +101,7 @@ def test_each_steer_block_and_stop_is_a_span_event_and_a_count(face: Face, mode:
     assert str(steer["gen_ai.tool.call.id"])
     assert block["loop_guard.blocks"] == 1
     stop = span.events[-1].attributes or {}
-    assert stop["loop_guard.stop_kind"] == "abort"
+    assert stop["loop_guard.reason"] == "abort_threshold"
     # What the loop cost the request, at its end (see What a loop cost).
     assert (stop["loop_guard.loop.model_calls"], stop["loop_guard.loop.tool_runs"]) == (6, 3)
     assert stop["loop_guard.loop.tool_runs_saved"] == 3
@@ -112,7 +110,7 @@ def test_each_steer_block_and_stop_is_a_span_event_and_a_count(face: Face, mode:
         {
             ("loop_guard.steers", "read_file", "repeat"): 1,
             ("loop_guard.blocks", "read_file", "repeat"): 3,
-            ("loop_guard.stops", "read_file", "abort"): 1,
+            ("loop_guard.stops", "read_file", "abort_threshold"): 1,
         }
     )
 
@@ -144,7 +142,7 @@ def test_without_opentelemetry_nothing_imports_it() -> None:
         model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
         middleware = LoopGuardMiddleware(on_event=events.append)
         create_agent(model, make_tools(ToolRuns()), middleware=[middleware]).invoke(ask())
-        assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"], events
+        assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"], events
         assert not [name for name in sys.modules if name.startswith("opentelemetry.")]
         print("ok")
         """

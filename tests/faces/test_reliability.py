@@ -136,7 +136,7 @@ def test_a_fault_of_the_guard_fails_open_for_that_event_only(
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1
     assert "simulated guard bug" in errors[0].getMessage() or errors[0].exc_info
-    assert [e.kind for e in events] == ["warn", "error", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "error", "block", "block", "block", "stop"]
     # The middleware failed on the 5th call, which then ran unguarded; in the graph the
     # node's check after the 4th result failed, and the wrapper blocked the 5th call.
     assert runs.counts["read_file"] == (5 if face == "middleware" else 4)
@@ -405,7 +405,7 @@ def test_a_cancelled_tool_is_no_result_but_its_own_timeout_is(handler: bool) -> 
         return [e.kind for e in events]
 
     assert decisions(slow) == []
-    assert decisions(times_out) == decisions(failing) == ["warn", "block"]
+    assert decisions(times_out) == decisions(failing) == ["steer", "block"]
 
 
 def test_a_run_cancelled_mid_batch_leaves_the_guard_consistent() -> None:
@@ -449,7 +449,7 @@ def test_a_run_cancelled_mid_batch_leaves_the_guard_consistent() -> None:
     expected = fresh.invoke(ask(), {"configurable": {"thread_id": "fresh"}})["messages"]
     messages = graph.invoke(ask(), config)["messages"]
     assert timeline(current_request(messages)) == timeline(current_request(expected))
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
 
 
 def _failing_normalizer(text: str) -> str:
@@ -487,8 +487,8 @@ def test_a_failing_normalizer_hides_only_its_own_call(face: str) -> None:
     with _quiet_guard_log():
         messages = runnable.invoke(ask(), {"recursion_limit": 200})["messages"]
     kinds = [event.kind for event in events]
-    assert "warn" in kinds, kinds
-    assert kinds[-1] in ("abort", "terminate"), kinds
+    assert "steer" in kinds, kinds
+    assert kinds[-1] == "stop", kinds
     assert guard.stats.errors > 0  # each failing read was reported
     assert final_stop(messages) is not None
     assert_valid_history(messages)

@@ -27,10 +27,10 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from loop_guard import (
     GUARD_NAME,
     LoopGuard,
-    LoopGuardAbort,
     LoopGuardCallbackHandler,
     LoopGuardConfig,
     LoopGuardMiddleware,
+    LoopGuardStop,
     guard_tools,
 )
 from loop_guard._messages import REPLY
@@ -122,7 +122,7 @@ def test_a_chanting_reply_is_cut_and_the_model_steered(mode: Mode) -> None:
     model, middleware, agent = guarded(chants_until_steered)
     with capture_events(middleware.guard) as events:
         messages, streamed = run(agent, {}, mode)
-    assert [(e.kind, e.tool, e.reason) for e in events] == [("warn", REPLY, "repeated_text")]
+    assert [(e.kind, e.tool, e.reason) for e in events] == [("steer", REPLY, "repeated_text")]
     (cut,) = cut_replies(messages)
     assert cut.text.startswith(PREFIX + CHANT.strip())
     assert cut.text.count(CHANT.strip()) == 1  # one copy kept, then the note
@@ -155,7 +155,7 @@ def test_a_model_that_keeps_chanting_is_stopped(mode: Mode) -> None:
     model, middleware, agent = guarded(always_chants)
     with capture_events(middleware.guard) as events:
         messages, _ = run(agent, {}, mode)
-    assert [e.kind for e in events] == ["warn", "block", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
     assert model.calls == 4  # the abort threshold's blocks after the steer, then no more
     assert len(cut_replies(messages)) == 4
     last = messages[-1]
@@ -164,7 +164,7 @@ def test_a_model_that_keeps_chanting_is_stopped(mode: Mode) -> None:
     assert "kept repeating the same text" in last.text
     assert_valid_history(messages)
     stats = middleware.guard.stats
-    assert (stats.warnings, stats.blocks, stats.aborts, stats.calls) == (1, 3, 1, 0)
+    assert (stats.steers, stats.blocks, stats.stops, stats.calls) == (1, 3, 1, 0)
     assert stats.cost.model_calls == 4
 
 
@@ -190,7 +190,7 @@ def test_every_loop_of_the_catalogue_is_cut_after_its_prefix(text: Text, mode: M
     model.chunk_chars = 16
     with capture_events(middleware.guard) as events:
         messages, _ = run(agent, {}, mode)
-    assert [e.kind for e in events] == ["warn"]
+    assert [e.kind for e in events] == ["steer"]
     (cut,) = cut_replies(messages)
     assert cut.text.startswith(text.prefix.rstrip())
     assert len(cut.text) < len(text.text)
@@ -212,7 +212,7 @@ def test_a_cut_reply_keeps_its_tool_call_and_is_steered_after_it() -> None:
     _, middleware, agent = guarded(script)
     with capture_events(middleware.guard) as events:
         messages, _ = run(agent, {}, "invoke")
-    assert [e.kind for e in events] == ["warn"]
+    assert [e.kind for e in events] == ["steer"]
     kinds = [(type(m).__name__, m.name) for m in messages]
     assert kinds == [
         ("HumanMessage", None),
@@ -235,7 +235,7 @@ def test_a_stop_can_end_with_the_models_own_answer() -> None:
 
 def test_a_stop_raises_with_exit_behavior_error() -> None:
     _, _, agent = guarded(always_chants, LoopGuardMiddleware(exit_behavior="error"))
-    with pytest.raises(LoopGuardAbort, match="kept repeating the same text"):
+    with pytest.raises(LoopGuardStop, match="kept repeating the same text"):
         run(agent, {}, "invoke")
 
 
@@ -264,7 +264,7 @@ def test_a_cut_is_no_failure_to_retry_or_fall_back_from(inner: str, mode: Mode) 
         messages, _ = run(agent, {}, mode)
     assert model.calls == 2
     assert fallback.calls == 0
-    assert [e.kind for e in events] == ["warn"]
+    assert [e.kind for e in events] == ["steer"]
     assert messages[-1].text == ANSWER
 
 
@@ -301,7 +301,7 @@ def test_a_thread_resumed_in_another_process_goes_on_up_the_ladder(tmp_path: Pat
         _, _, agent = guarded(script, first, checkpointer=saver, interrupt_before=["tools"])
         with capture_events(first.guard) as events:
             run(agent, config, "invoke")
-        assert [e.kind for e in events] == ["warn"]
+        assert [e.kind for e in events] == ["steer"]
     with SqliteSaver.from_conn_string(str(database)) as saver:
         second = LoopGuardMiddleware()  # nothing in memory: the checkpoint is the truth
         model = ScriptedChatModel(script=lambda m, i: script(m, i + 1), chunk_chars=CHUNK)
@@ -324,7 +324,7 @@ def test_the_handler_counts_a_streamed_chanting_reply() -> None:
     agent = create_agent(model, guard_tools([read_log], guard))
     with capture_events(guard) as events:
         messages, _ = run(agent, {"callbacks": [handler]}, "stream")
-    assert [(e.kind, e.reason) for e in events] == [("warn", "repeated_text")]
+    assert [(e.kind, e.reason) for e in events] == [("steer", "repeated_text")]
     assert messages[-1].text == CHANTING  # it cannot cut a reply without ending the run
     assert model.chunks == len(CHANTING) // CHUNK + 1
 
@@ -338,7 +338,7 @@ def test_the_handler_reads_the_catalogue_as_the_middleware_does(text: Text, mode
     with capture_events(guard) as events:
         run(agent, {"callbacks": [LoopGuardCallbackHandler(guard)]}, mode)
     assert [(e.kind, e.reason) for e in events] == (
-        [("warn", "repeated_text")] if text.loop else []
+        [("steer", "repeated_text")] if text.loop else []
     )
 
 
@@ -354,9 +354,9 @@ def test_the_handler_stops_a_stream_when_the_request_stops(mode: Mode) -> None:
     handler = LoopGuardCallbackHandler(guard)
     model = ScriptedChatModel(script=script, chunk_chars=CHUNK)
     agent = create_agent(model, guard_tools([read_log], guard))
-    with capture_events(guard) as events, pytest.raises(LoopGuardAbort):
+    with capture_events(guard) as events, pytest.raises(LoopGuardStop):
         run(agent, {"callbacks": [handler]}, mode)
-    assert [e.kind for e in events] == ["warn", "block", "block", "abort"]
+    assert [e.kind for e in events] == ["steer", "block", "block", "stop"]
     if mode != "invoke":  # the last reply's stream was stopped, the others ran out
         whole = len(CHANTING) // CHUNK + 1
         assert whole * 2 < model.chunks < whole * 3
@@ -376,7 +376,7 @@ def test_the_scan_reports_a_recorded_chanting_reply() -> None:
     ]
     report = scan_conversation(LoopGuardConfig(), Conversation("recorded", messages))
     found = [(f.call_index, f.event.kind, f.event.reason) for f in report.findings]
-    assert found == [(1, "warn", "repeated_text"), (1, "warn", "repeated_text")]
+    assert found == [(1, "steer", "repeated_text"), (1, "steer", "repeated_text")]
     assert report.cost.model_calls == 2
     assert scan_conversation(LoopGuardConfig.pi(), Conversation("r", messages)).findings == []
 

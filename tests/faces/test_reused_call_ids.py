@@ -15,8 +15,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.checkpoint.memory import InMemorySaver
 
 from loop_guard import (
-    LoopGuardAbort,
     LoopGuardConfig,
+    LoopGuardStop,
 )
 from loop_guard.scan import Conversation, scan_conversation
 from loop_guard.testing import Script, ScriptedChatModel, stubborn
@@ -71,7 +71,7 @@ def _run(face: str, script: Script, mode: Mode) -> tuple[list[str], int, list[Ba
     agent, config = _agent(face, script, runs)
     try:
         messages = run(agent, ask(), config, mode)
-    except LoopGuardAbort as stop:  # the handler alone ends a run by raising
+    except LoopGuardStop as stop:  # the handler alone ends a run by raising
         messages = agent.get_state(config).values["messages"]
         return [*timeline(messages), f"raised:{stop}"], sum(runs.counts.values()), messages
     return timeline(messages), sum(runs.counts.values()), messages
@@ -139,7 +139,7 @@ def test_the_scan_reads_a_history_with_reused_ids(scheme: str) -> None:
         return [(f.call_index, f.event.kind) for f in report.findings]
 
     expected = found(history(lambda turn, position: f"call_{turn}"))
-    assert expected == [(3, "warn"), (5, "block"), (6, "block"), (7, "block"), (7, "abort")]
+    assert expected == [(3, "steer"), (5, "block"), (6, "block"), (7, "block"), (7, "stop")]
     assert found(history(SCHEMES[scheme])) == expected
 
 

@@ -34,15 +34,15 @@ class Scenario:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-STOP = ["warn", "block", "block", "block", "abort"]
+STOP = ["steer", "block", "block", "block", "stop"]
 
 SCENARIOS = [
     Scenario("stubborn", stubborn(READ), STOP, {"read_file": 4}),
-    Scenario("obedient", obedient(READ), ["warn"], {"read_file": 3}),
+    Scenario("obedient", obedient(READ), ["steer"], {"read_file": 3}),
     Scenario(
         "stops by itself after four",
         sequence(*[[READ]] * 4),
-        ["warn"],
+        ["steer"],
         {"read_file": 4},
     ),
     Scenario(
@@ -85,7 +85,7 @@ SCENARIOS = [
     Scenario(
         "repeat hidden before a different last call",
         sequence(*[[READ, ("list_dir", {"path": "."})]] * 7),
-        ["warn", "block", "block", "block", "abort"],
+        ["steer", "block", "block", "block", "stop"],
         {"read_file": 6, "list_dir": 4},  # the stop refuses its sibling too
     ),
     Scenario(
@@ -97,7 +97,7 @@ SCENARIOS = [
     Scenario(
         "terminate on a fully blocked batch",
         stubborn(READ),
-        ["warn", "block", "terminate"],
+        ["steer", "block", "stop"],
         {"read_file": 4},
         {"use_terminate": True},
     ),
@@ -111,7 +111,7 @@ SCENARIOS = [
     Scenario(
         "stricter thresholds",
         stubborn(READ),
-        ["warn", "block", "abort"],
+        ["steer", "block", "stop"],
         {"read_file": 2},
         {"warn_threshold": 2, "block_threshold": 3, "abort_threshold": 1},
     ),

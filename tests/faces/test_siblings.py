@@ -114,7 +114,7 @@ def test_shared_results_count_as_one_repeat_of_the_same_result(face: str) -> Non
         agent = build(face, runs, *[[SUITE] * 4] * 3, **options)
     agent.invoke(ask(), {"configurable": {"thread_id": "t"}})
     assert runs == {"all": 3}
-    assert events == ["warn"]
+    assert events == ["steer"]
 
 
 @pytest.mark.parametrize("face", FACES)

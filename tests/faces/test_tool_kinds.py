@@ -19,7 +19,7 @@ from langgraph.prebuilt import InjectedState, ToolNode, ToolRuntime, tools_condi
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from loop_guard import LoopGuard, LoopGuardAbort, guard_tools
+from loop_guard import LoopGuard, LoopGuardStop, guard_tools
 from loop_guard.testing import ScriptedChatModel
 from tests.support.agents import ToolRuns
 
@@ -263,14 +263,14 @@ async def test_stubborn_model_gets_three_blocked_results(kind, mode):
 
 
 @pytest.mark.parametrize(("kind", "mode"), RUNNABLE)
-async def test_stubborn_model_on_a_thread_aborts_at_the_eighth_call(kind, mode):
-    """Without a LoopGuardNode the model is called after the 3rd block; call 8 aborts."""
+async def test_stubborn_model_on_a_thread_stops_at_the_eighth_call(kind, mode):
+    """Without a LoopGuardNode the model is called after the 3rd block; call 8 stops."""
     runs = ToolRuns()
     graph, model = build_graph(wrapped(kind, runs), turns=None, checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": f"{kind}-{mode}"}}
-    with pytest.raises(LoopGuardAbort) as caught:
+    with pytest.raises(LoopGuardStop) as caught:
         await run(graph, mode, config)
-    assert caught.value.stop.kind == "abort"
+    assert caught.value.stop.reason == "abort_threshold"
     assert runs.counts["body"] == 4
     assert model.calls == 8
     saved = graph.get_state(config).values
@@ -305,7 +305,7 @@ async def test_direct_tool_call_is_blocked_the_fifth_time(kind, mode):
         assert blocked.tool_call_id == f"c{n}"
         assert str(blocked.content).startswith(BLOCKED)
     assert runs.counts["body"] == 4
-    with pytest.raises(LoopGuardAbort):
+    with pytest.raises(LoopGuardStop):
         await call(guarded, "c8")
     assert runs.counts["body"] == 4
 

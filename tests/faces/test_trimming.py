@@ -22,9 +22,9 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from loop_guard import (
     GuardEvent,
     LoopGuard,
-    LoopGuardAbort,
     LoopGuardCallbackHandler,
     LoopGuardNode,
+    LoopGuardStop,
     guard_tools,
 )
 from loop_guard.testing import ScriptedChatModel, stubborn
@@ -32,7 +32,7 @@ from tests.support.agents import ToolRuns, ask, assert_valid_history, final_stop
 
 Face = Literal["node", "handler"]
 KEPT = 3  # messages a trim keeps, at least: the latest response and its answers
-STOPPED = ["warn", "block", "block", "block", "abort"]
+STOPPED = ["steer", "block", "block", "block", "stop"]
 CONFIG: dict[str, Any] = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
 
 
@@ -75,7 +75,7 @@ def trimmed_graph(face: Face, cut: Cut, guard: LoopGuard, runs: ToolRuns, checkp
 
 def approve_every_step(
     face: Face, cut: Cut, *, fresh_worker: bool, asynchronous: bool
-) -> tuple[list[BaseMessage] | LoopGuardAbort, ToolRuns, list[str]]:
+) -> tuple[list[BaseMessage] | LoopGuardStop, ToolRuns, list[str]]:
     """Run the request to its end, approving every tool step; with `fresh_worker`, each
     step runs on a new guard (a new process). The outcome, the tool runs, the events."""
     runs, checkpointer = ToolRuns(), InMemorySaver()
@@ -94,7 +94,7 @@ def approve_every_step(
                 asyncio.run(graph.ainvoke(payload, config))
             else:
                 graph.invoke(payload, config)
-        except LoopGuardAbort as stop:
+        except LoopGuardStop as stop:
             return stop, runs, [event.kind for event in events]
         payload = None
         if not graph.get_state(CONFIG).next:
@@ -118,9 +118,9 @@ def test_a_trimmed_history_with_approval_pauses_is_stopped_as_one_run(
     assert runs.counts["read_file"] == 4
     assert events == STOPPED
     if face == "handler":
-        assert isinstance(outcome, LoopGuardAbort)  # before the next model call
+        assert isinstance(outcome, LoopGuardStop)  # before the next model call
         return
-    assert not isinstance(outcome, LoopGuardAbort)
+    assert not isinstance(outcome, LoopGuardStop)
     stop = final_stop(outcome)
     assert stop is not None
     assert "Stopped by loop_guard" in str(stop.content)

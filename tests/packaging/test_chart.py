@@ -49,7 +49,7 @@ def test_the_script_writes_the_chart_as_svg_and_png(tmp_path: Path) -> None:
         "(recursion limit)",
         "stop: 7 model calls,",
         "steer",
-        "calls 5\N{EN DASH}7 refused",
+        "calls 5\N{EN DASH}7 blocked",
         "with LoopGuardMiddleware",
         "without loop_guard",
         "model call",
@@ -61,7 +61,7 @@ def test_the_script_writes_the_chart_as_svg_and_png(tmp_path: Path) -> None:
 
 
 def test_the_chart_shows_what_the_guard_did_in_the_demo() -> None:
-    """7 model calls and 4 tool runs guarded; steer after the 3rd, calls 5-7 refused, stop at
+    """7 model calls and 4 tool runs guarded; steer after the 3rd, calls 5-7 blocked, stop at
     the 7th; the runaway to the recursion limit."""
     chart = chart_data()
     assert chart.guarded == ChartRun((1, 2, 3, 4, 4, 4, 4), 7, "loop_guard")

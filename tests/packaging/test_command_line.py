@@ -74,8 +74,8 @@ def test_an_app_that_never_configured_logging_gets_no_stray_warning() -> None:
     assert quiet.stderr == ""
     configured = python(AGENT.format(setup="logging.basicConfig(level=logging.INFO)"))
     assert configured.returncode == 0, configured.stderr
-    assert "loop guard abort: tool=read_file" in configured.stderr
-    assert "loop guard warn: tool=read_file" in configured.stderr
+    assert "loop guard stop: tool=read_file" in configured.stderr
+    assert "loop guard steer: tool=read_file" in configured.stderr
 
 
 def test_a_flagged_conversation_is_not_hidden_by_an_unreadable_file(tmp_path: Path) -> None:

@@ -29,9 +29,9 @@ def test_demo_shows_the_guard_stopping_the_stubborn_agent() -> None:
     assert "guard  ■ stopped  asked the model for its answer, with no tools" in text
     assert "8 model calls, 4 tool runs, ended by loop_guard, with the model's own answer" in text
     # A scripted person, asked where the guard would stop: approves once (the call runs,
-    # 3 more are refused), then stops the request.
-    assert "after 7 model calls: read_file 4 times in a row, 3 calls refused" in text
-    assert "after 10 model calls: read_file 5 times in a row, 6 calls refused" in text
+    # 3 more are blocked), then stops the request.
+    assert "after 7 model calls: read_file 4 times in a row, 3 calls blocked" in text
+    assert "after 10 model calls: read_file 5 times in a row, 6 calls blocked" in text
     assert "10 model calls, 5 tool runs, ended by the person, asked by loop_guard" in text
     assert "\033[" not in text  # no colours when not on a terminal
 

@@ -24,7 +24,7 @@ def test_quickstart_notebook_executes() -> None:
     ]
     text = "".join(outputs)
     assert "model calls: 7, tool runs: 4" in text
-    assert "call   7: abort" in text
+    assert "call   7: stop" in text
     assert "guarded: 7 model calls, 4 tool runs" in text
     assert "steer after model call 3, blocked model calls [5, 6, 7]" in text
     assert "stop at model call 7; unguarded: 100 model calls" in text

@@ -26,9 +26,9 @@ CHARTS = {"outcomes", "shapes", "tools", "cost", "loop-length", "timeline", "com
 HOSTILE = 'db.sqlite:<script>alert("x")</script>&"'
 
 EVENTS = [
-    {"call": 3, "kind": "warn", "tool": "read_file", "reason": "repeat"},
+    {"call": 3, "kind": "steer", "tool": "read_file", "reason": "repeat"},
     {"call": 5, "kind": "block", "tool": "read_file", "reason": "repeat"},
-    {"call": 7, "kind": "abort", "tool": "read_file", "reason": None},
+    {"call": 7, "kind": "stop", "tool": "read_file", "reason": "abort_threshold"},
 ]
 OUTCOMES = {"steered": 40, "blocked": 25, "stopped": 12, "clean": 1180}
 COST = {
@@ -94,8 +94,8 @@ REPORT: dict[str, Any] = {
             "model_calls": 22,
             "tokens": 61_000,
             "events": [
-                {"call": 4, "kind": "warn", "tool": "<i>grep</i>", "reason": "cycle"},
-                {"call": 9, "kind": "terminate", "tool": "<i>grep</i>", "reason": "cycle"},
+                {"call": 4, "kind": "steer", "tool": "<i>grep</i>", "reason": "cycle"},
+                {"call": 9, "kind": "stop", "tool": "<i>grep</i>", "reason": "use_terminate"},
             ],
         },
         {
@@ -103,7 +103,7 @@ REPORT: dict[str, Any] = {
             "calls": 12,
             "model_calls": 6,
             "tokens": 9_500,
-            "events": [{"call": 6, "kind": "warn", "tool": "search", "reason": "same_error"}],
+            "events": [{"call": 6, "kind": "steer", "tool": "search", "reason": "same_error"}],
         },
     ],
     "compare": {

@@ -32,7 +32,7 @@ def test_default_detectors_meet_every_target_on_the_recorded_traces() -> None:
     assert runaway.stop < 10
     assert by_file["kimi-openclaw-P2-r7"].block is not None
     assert [row.file for row in healthy if row.block is not None] == []
-    assert sum(row.warn is not None for row in healthy) <= 1
+    assert sum(row.steer is not None for row in healthy) <= 1
 
 
 def test_pi_mode_is_the_baseline_the_detectors_improve_on() -> None:
@@ -41,11 +41,11 @@ def test_pi_mode_is_the_baseline_the_detectors_improve_on() -> None:
     pi = _by_file(evaluate(DEFAULT_TRACES, LoopGuardConfig.pi()))
     default = _by_file(evaluate(DEFAULT_TRACES, LoopGuardConfig()))
     assert sum(row.steered_in_time for row in pi.values()) == 6
-    assert all(row.warn is None and row.block is None for row in pi.values() if row.kind != "loop")
+    assert all(row.steer is None and row.block is None for row in pi.values() if row.kind != "loop")
     for name, row in pi.items():
-        if row.warn is not None:
-            assert default[name].warn is not None
-            assert default[name].warn <= row.warn
+        if row.steer is not None:
+            assert default[name].steer is not None
+            assert default[name].steer <= row.steer
     text = table({"pi": list(pi.values()), "default": list(default.values())})
     assert "| kimi-openclaw-P2-r7 | loop | 5 | 19 | 6 / - / - | 6 / 11 / 15 |" in text
     assert summary(list(default.values()))["loops steered in time"] == "10/10"

@@ -37,7 +37,7 @@ def assert_flagged_by_kind(truth: FleetTruth, reports: dict[str, dict[str, objec
     for kind in KINDS:
         assert truth.threads[kind], kind
     for thread in truth.looping:
-        assert reports[thread]["first_warn"] is not None, thread
+        assert reports[thread]["first_steer"] is not None, thread
     for thread in truth.healthy:
         assert reports[thread]["findings"] == [], thread
 

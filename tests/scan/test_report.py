@@ -42,9 +42,9 @@ def expected(source: Path | str, config: LoopGuardConfig) -> dict[str, Any]:
         cost += report.cost
     return {
         "threads": len(reports),
-        "steered": sum(bool(k & {"warn", "block", "abort", "terminate"}) for k in kinds),
-        "blocked": sum(bool(k & {"block", "abort", "terminate"}) for k in kinds),
-        "stopped": sum(bool(k & {"abort", "terminate"}) for k in kinds),
+        "steered": sum(bool(k & {"steer", "block", "stop"}) for k in kinds),
+        "blocked": sum(bool(k & {"block", "stop"}) for k in kinds),
+        "stopped": sum("stop" in k for k in kinds),
         "shapes": shapes,
         "cost": cost,
         "worst": max(r.cost.model_calls for r in reports),
@@ -113,8 +113,8 @@ def test_a_comparison_lists_the_threads_other_settings_change(
 
 def _outcome(report: Report) -> str:
     kinds = {f.event.kind for f in report.findings}
-    for outcome, found in (("stopped", {"abort", "terminate"}), ("blocked", {"block"}),
-                           ("steered", {"warn"})):  # fmt: skip
+    for outcome, found in (("stopped", {"stop"}), ("blocked", {"block"}),
+                           ("steered", {"steer"})):  # fmt: skip
         if kinds & found:
             return outcome
     return "clean"

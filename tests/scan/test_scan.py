@@ -77,14 +77,14 @@ def scan(*args: str) -> tuple[int, str, str]:
 
 
 def test_a_recorded_loop_is_reported_with_call_indices(tmp_path: Path) -> None:
-    """Steer at the 3rd identical call, blocks at 5-7, abort at the 7th; exit status 1."""
+    """Steer at the 3rd identical call, blocks at 5-7, stop at the 7th; exit status 1."""
     path = write(tmp_path / "loop.json", {"messages": openai_loop(12)})
     status, out, _ = scan("--json", str(path))
     assert status == 1
     [report] = json.loads(out)
-    assert (report["calls"], report["first_warn"], report["first_block"]) == (12, 3, 5)
-    assert report["stop"] == {"call": 7, "kind": "abort"}
-    assert [f["kind"] for f in report["findings"]] == ["warn", "block", "block", "block", "abort"]
+    assert (report["calls"], report["first_steer"], report["first_block"]) == (12, 3, 5)
+    assert report["stop"] == {"call": 7, "reason": "abort_threshold"}
+    assert [f["kind"] for f in report["findings"]] == ["steer", "block", "block", "block", "stop"]
     assert report["findings"][0]["args"] == {"path": "notes.md"}
 
 
@@ -105,7 +105,7 @@ def test_configuration_flags_and_variables_apply(
     monkeypatch.setenv("LOOP_GUARD_WARN_THRESHOLD", "4")
     _, out, _ = scan("--json", "--block-threshold", "8", str(path))
     [report] = json.loads(out)
-    assert (report["first_warn"], report["first_block"]) == (4, 8)
+    assert (report["first_steer"], report["first_block"]) == (4, 8)
     status, out, _ = scan("--json", "--ignore-errors", str(path))
     assert status == 0
     assert json.loads(out)[0]["findings"] == []
@@ -274,7 +274,22 @@ def test_scan_conversation_directly() -> None:
         messages.append(AIMessage("", tool_calls=[{"name": "ls", "args": {}, "id": f"c{n}"}]))
         messages.append(ToolMessage("same", tool_call_id=f"c{n}"))
     report = scan_conversation(LoopGuardConfig(), Conversation("direct", messages))
-    assert [(f.call_index, f.event.kind) for f in report.findings] == [(3, "warn"), (5, "block")]
+    assert [(f.call_index, f.event.kind) for f in report.findings] == [(3, "steer"), (5, "block")]
+
+
+def test_a_finding_is_found_by_its_kind_and_for_one_release_by_its_retired_kind(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path / "loop.json", {"messages": openai_loop(12)})
+    [conversation] = load(path)
+    report = scan_conversation(LoopGuardConfig(), conversation)
+    steer, stop = report.first("steer"), report.first("stop")
+    assert (steer and steer.call_index, stop and stop.call_index) == (3, 7)
+    with pytest.warns(DeprecationWarning, match="'warn' is deprecated: use 'steer'"):
+        assert report.first("warn") is steer
+    for retired in ("abort", "terminate"):
+        with pytest.warns(DeprecationWarning, match=f"'{retired}' is deprecated: use 'stop'"):
+            assert report.first(retired) is stop
 
 
 def test_main_rejects_a_missing_subcommand() -> None:
@@ -299,12 +314,12 @@ def test_scan_names_the_same_error_detector_and_takes_its_threshold(
     path.write_text(json.dumps(messages))
     assert main(["scan", str(path)]) == 1
     out = capsys.readouterr().out
-    assert "call    4  warn      (same_error)" in out
-    assert "call    6  block     (same_error)" in out
+    assert "call    4  steer (same_error)" in out
+    assert "call    6  block (same_error)" in out
     assert main(["scan", "--json", "--same-error-threshold", "6", str(path)]) == 1
     [report] = json.loads(capsys.readouterr().out)
     first = report["findings"][0]
-    assert (first["call"], first["kind"], first["reason"]) == (6, "warn", "same_error")
+    assert (first["call"], first["kind"], first["reason"]) == (6, "steer", "same_error")
 
 
 def test_scan_with_the_guard_disabled_refuses_instead_of_reporting_clean(
@@ -330,7 +345,7 @@ def test_scan_reads_the_guards_own_steer_in_openai_messages_as_no_request(
     path.write_text(json.dumps(messages))
     assert main(["scan", "--json", str(path)]) == 1
     [report] = json.loads(capsys.readouterr().out)
-    assert [f["kind"] for f in report["findings"]][-1] == "abort"
+    assert [f["kind"] for f in report["findings"]][-1] == "stop"
 
 
 def test_tokens_the_model_never_reported_are_not_a_measured_zero(tmp_path: Path) -> None:

@@ -316,7 +316,7 @@ def test_a_langgraph_postgres_checkpointer_is_read_like_sqlite(
     assert (status, err) == (1, "")
     [report] = json.loads(out)
     assert report["conversation"] == f"{db_name}:looping"
-    assert (report["first_warn"], report["first_block"]) == (3, 5)
+    assert (report["first_steer"], report["first_block"]) == (3, 5)
 
     status, out, _ = scan("--json", postgres, str(database))
     assert status == 1
@@ -335,7 +335,7 @@ def test_a_langgraph_postgres_checkpointer_is_read_like_sqlite(
         }
         for r in reports
     ]
-    assert all(f["call_id"] for r in reports for f in r["findings"] if f["kind"] != "abort")
+    assert all(f["call_id"] for r in reports for f in r["findings"] if f["kind"] != "stop")
     assert strip[:2] == strip[2:]
 
     status, _, err = scan("--thread", "missing", postgres)

@@ -252,7 +252,7 @@ def guarded_agent(
     - `middleware` (`agent` in the worker scripts): `create_agent` with `LoopGuardMiddleware`;
     - `graph`: `guard_tools` + `ToolNode` + `LoopGuardNode` (`build_graph`);
     - `handler`: `create_agent` with `guard_tools` and a `LoopGuardCallbackHandler` in the
-      run config, no node (a stopped request ends with `LoopGuardAbort`).
+      run config, no node (a stopped request ends with `LoopGuardStop`).
     """
     from langchain.agents import create_agent  # the `agents` extra, for these faces only
 

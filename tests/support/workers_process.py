@@ -10,7 +10,7 @@ quit, so a test can hand one thread back and forth between two of them mid-reque
 FACE is how the guard is attached (`tests.support.agents.guarded_agent`): `agent`
 (`create_agent` with `LoopGuardMiddleware`, its state checkpointed), `graph` (`guard_tools`
 + `ToolNode` + `LoopGuardNode`) or `handler` (`guard_tools` and a `LoopGuardCallbackHandler`
-in the run config, no node: a stopped request ends with `LoopGuardAbort`). Every agent
+in the run config, no node: a stopped request ends with `LoopGuardStop`). Every agent
 pauses before its tool step.
 
 MODE is `sync` (`PostgresSaver`, `invoke`) or `async` (`AsyncPostgresSaver`, `ainvoke`,
@@ -27,7 +27,7 @@ Commands, one JSON object per line on stdin, each with a `thread`:
 Every command is answered with one JSON line: `timeline` (`tests.support.agents.timeline` of the
 thread's messages), `next` (the thread's pending nodes), `runs` (tool bodies run during
 this command, by tool), `model_calls` (made during this command), `resumes`, and `aborted`
-(the command ended with `LoopGuardAbort`). A failure is answered with `error` (its
+(the command ended with `LoopGuardStop`). A failure is answered with `error` (its
 traceback) and the worker serves on. The first line, once the agent is built, is
 `{"ready": true}`.
 """
@@ -110,7 +110,7 @@ class Worker:
 
     def serve(self, command: dict[str, Any]) -> dict[str, Any]:
         """Run one command on its thread; what the thread looks like afterwards."""
-        from loop_guard import LoopGuardAbort
+        from loop_guard import LoopGuardStop
         from tests.support.agents import ask, timeline
 
         op = command["op"]
@@ -134,7 +134,7 @@ class Worker:
                 return {"bye": True}
             else:
                 raise ValueError(f"unknown op {op!r}")
-        except LoopGuardAbort:
+        except LoopGuardStop:
             aborted = True
         state = self._state(config)
         runs = Counter(self.runs.counts)
