@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, NamedTuple, cast, get_args
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langgraph.errors import GraphBubbleUp
@@ -420,9 +420,20 @@ _RESULT_SHOWN = 500  # characters of the repeated result shown to the person
 _CHOICE_OF_DECISION: dict[str, Choice] = {
     "approve": "allow",
     "edit": "raise",
+    "respond": "raise",
     "reject": "stop",
-    "respond": "stop",
 }
+
+
+class PersonDecision(NamedTuple):
+    """A person's answer to `ask_request`, read as `HumanInTheLoopMiddleware` reads its own
+    decisions: `edited`, the call an `edit` runs instead (its tool and arguments); `message`,
+    a `reject`'s reason or a `respond`'s answer in the tool's place."""
+
+    choice: Choice
+    edited: tuple[str, dict[str, Any]] | None = None
+    message: str | None = None
+    responded: bool = False
 
 
 def ask_request(stop: Stop, call: Call, result: str | None) -> dict[str, Any]:
@@ -455,27 +466,38 @@ def ask_request(stop: Stop, call: Call, result: str | None) -> dict[str, Any]:
     }
 
 
-def choice_of(answer: object) -> Choice | None:
+def decision_of(answer: object) -> PersonDecision | None:
     """A person's answer to `ask_request`: a `HumanInTheLoopMiddleware` response
-    (`{"decisions": [{"type": "approve"}]}`: approve allows the call once more, edit
-    raises the limits, reject stops), one decision, or a choice by name; `None` when it
-    is none of these.
+    (`{"decisions": [{"type": "approve"}]}`: approve allows the call once more, edit runs
+    the edited call with the limits raised, respond answers in the tool's place with the
+    limits raised, reject stops), one decision, or a choice by name; `None` when it is
+    none of these.
 
     Examples:
-        >>> choice_of({"decisions": [{"type": "edit", "edited_action": {}}]}), choice_of("stop")
-        ('raise', 'stop')
+        >>> edit = {"type": "edit", "edited_action": {"name": "ls", "args": {"path": "b"}}}
+        >>> decision_of({"decisions": [edit]}).edited, decision_of("stop").choice
+        (('ls', {'path': 'b'}), 'stop')
     """
     if isinstance(answer, str):
-        return cast("Choice", answer) if answer in get_args(Choice) else None
-    if isinstance(answer, Mapping):
-        decisions = answer.get("decisions")
-        if isinstance(decisions, Sequence) and decisions and isinstance(decisions[0], Mapping):
-            answer = decisions[0]
-        if isinstance(answer, Mapping):
-            decision = answer.get("type")
-            if isinstance(decision, str):
-                return _CHOICE_OF_DECISION.get(decision)
-    return None
+        return PersonDecision(cast("Choice", answer)) if answer in get_args(Choice) else None
+    if not isinstance(answer, Mapping):
+        return None
+    decisions = answer.get("decisions")
+    if isinstance(decisions, Sequence) and decisions and isinstance(decisions[0], Mapping):
+        answer = decisions[0]
+    kind = answer.get("type")
+    choice = _CHOICE_OF_DECISION.get(kind) if isinstance(kind, str) else None
+    if choice is None:
+        return None
+    message = answer.get("message")
+    message = message if isinstance(message, str) and message else None
+    action = answer.get("edited_action")
+    edited = None
+    if kind == "edit" and isinstance(action, Mapping):
+        name, args = action.get("name"), action.get("args")
+        if isinstance(name, str) and isinstance(args, Mapping):
+            edited = (name, dict(args))
+    return PersonDecision(choice, edited, message, responded=kind == "respond")
 
 
 def repeated_result(messages: Sequence[BaseMessage], tool: str) -> str | None:

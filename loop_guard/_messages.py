@@ -101,9 +101,25 @@ def ask_text(tool: str, streak: int, blocks: int, result: str | None) -> str:
         f"loop_guard would stop this request: the agent called {_code(tool)} {streak} times "
         f"in a row with the same arguments and got the same result, and {blocks} of its "
         f"calls were blocked.{seen}\n"
-        "Approve: let this call run once more. Edit: keep going, with the guard's limits "
-        "raised for this request. Reject: stop now."
+        "Approve: let this call run once more. Edit: run the edited call and keep going, "
+        "with the guard's limits raised for this request. Reject: stop now (a message goes "
+        "to the agent, which answers from what it has)."
     )
+
+
+def rejected_text(tool: str, reason: str) -> str:
+    """A call a person rejected with a reason, in `HumanInTheLoopMiddleware`'s words."""
+    return f"User rejected the tool call for {_code(tool)} with reason: {reason}"
+
+
+def edited_text(tool: str, args: str) -> str:
+    """What the model is told when a person edited the call it made: what ran instead."""
+    return f"A reviewer edited this call. Executed instead: {_code(tool)} with arguments {args}."
+
+
+def edited_missing_text(tool: str) -> str:
+    """A call a person edited to name a tool the agent does not have."""
+    return f"A reviewer edited this call to {_code(tool)}, which is not a tool of this agent."
 
 
 def final_answer_request_text(tool: str) -> str:

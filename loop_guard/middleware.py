@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -26,9 +27,11 @@ from langchain_core.messages import (
     BaseMessage,
     HumanMessage,
     RemoveMessage,
+    ToolCall,
     ToolMessage,
 )
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_config
 from langgraph.constants import TAG_NOSTREAM
@@ -53,13 +56,14 @@ from loop_guard._faces import (
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._judge import judge_messages, verdict_of
 from loop_guard._langchain import (
+    PersonDecision,
     answer_request,
     answers_to,
     ask_request,
     block_message,
     call_keys,
     calls_of,
-    choice_of,
+    decision_of,
     final_answer,
     keys_of,
     last_batch,
@@ -97,9 +101,12 @@ ExitBehavior = Literal["end", "answer", "error", "ask"]
 - `'ask'`: Ask a person instead: the run pauses with LangGraph's `interrupt()` in the
     tool node, before the call that would have stopped it, with a
     `HumanInTheLoopMiddleware`-shaped request (`_langchain.ask_request`). Resume with
-    `Command(resume=...)`: approve (or `"allow"`) runs the call once more, edit (or
-    `"raise"`) keeps going with the guard's limits raised for this request, reject (or
-    `"stop"`) ends the request as `'end'` does, `"answer"` as `'answer'` does. The
+    `Command(resume=...)`: each decision does what `HumanInTheLoopMiddleware` does with
+    it. Approve (or `"allow"`) runs the call once more; edit (or `"raise"`) runs the
+    edited call and keeps going with the guard's limits raised for this request; respond
+    answers the call with the person's text and keeps going likewise; reject (or
+    `"stop"`) ends the request as `'end'` does, and with a message, which answers the
+    call, as `'answer'` does; `"answer"` as `'answer'` does. The
     request may stop, and ask, again only after as many more blocks as
     `abort_threshold`, doubled with each answer. Needs a checkpointer.
 """
@@ -354,8 +361,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         the call that stopped the request."""
         asked = self._asked(request)
         if asked is not None:
-            answer = self._ask(request, *asked)
-            return answer if answer is not None else _with_snapshot(handler(request), asked[0])
+            decided = self._ask(request, *asked)
+            if isinstance(decided, ToolMessage):  # answered in the tool's place, or stopped
+                return decided if asked[0].stop is not None else _with_snapshot(decided, asked[0])
+            return _with_snapshot(_edited(handler(decided), request, decided), asked[0])
         answer = self._blocked_answer(request)
         if answer is not None:
             return answer
@@ -377,10 +386,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """Async twin of `wrap_tool_call`."""
         asked = self._asked(request)
         if asked is not None:
-            answer = self._ask(request, *asked)
-            if answer is not None:
-                return answer
-            return _with_snapshot(await handler(request), asked[0])
+            decided = self._ask(request, *asked)
+            if isinstance(decided, ToolMessage):  # answered in the tool's place, or stopped
+                return decided if asked[0].stop is not None else _with_snapshot(decided, asked[0])
+            return _with_snapshot(_edited(await handler(decided), request, decided), asked[0])
         answer = self._blocked_answer(request)
         if answer is not None:
             return answer
@@ -507,9 +516,14 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             self.guard.report_fault(None, error)
             return None
 
-    def _ask(self, request: ToolCallRequest, session: Session, call: Call) -> ToolMessage | None:
-        """Ask a person about the call that stopped the request: `None` when it is to run
-        after all (the session then lets the request go on), else its answer.
+    def _ask(
+        self, request: ToolCallRequest, session: Session, call: Call
+    ) -> ToolCallRequest | ToolMessage:
+        """Ask a person about the call that stopped the request, and do what they decided
+        as `HumanInTheLoopMiddleware` does: the request to run (the call, or the call they
+        edited: the session then lets the request go on), else the call's answer (their
+        answer in the tool's place, or the stop: a rejection's reason goes to the model,
+        which answers from what it has).
 
         The run pauses here, in the tool node, where the reply that stopped it is already
         checkpointed: resuming runs this node again, and nothing before the question
@@ -517,23 +531,29 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """
         stop = session.stop
         if stop is None:
-            return None
+            return request
         question = ask_request(stop, call, repeated_result(messages_of(request.state), call.tool))
         session.end_request()  # a paused thread holds nothing in memory
         answer = interrupt(question)
-        choice = choice_of(answer)
-        if choice is None:
+        decision = decision_of(answer)
+        if decision is None:
             logger.warning(
                 "loop guard: %r answers none of the choices (allow, raise, stop, answer); "
                 "the request stops",
                 answer,
             )
-        if choice in ("allow", "raise"):
-            session.resume(call, afresh=choice == "raise")
+            decision = PersonDecision("stop")
+        if decision.choice in ("allow", "raise"):
+            session.resume(call, afresh=decision.choice == "raise")
             session.publish()
-            return None
-        answer = block_message(call.id, call.tool, stop.message)
-        if choice == "answer":
+            if decision.responded and decision.message is not None:
+                return ToolMessage(decision.message, tool_call_id=call.id, name=call.tool)
+            return request if decision.edited is None else _edit(request, *decision.edited)
+        text = stop.message
+        if decision.message is not None:
+            text = _messages.rejected_text(call.tool, decision.message)
+        answer = block_message(call.id, call.tool, text)
+        if decision.choice == "answer" or decision.message is not None:
             answer.response_metadata["loop_guard_end"] = "answer"
         return answer
 
@@ -629,6 +649,37 @@ def _with_snapshot(output: ToolMessage | Command[Any], session: Session) -> Comm
         return output  # an update as a list of writes: the tool's own, kept as it is
     update = {**(output.update or {}), "loop_guard": snapshot}
     return Command(graph=output.graph, update=update, resume=output.resume, goto=output.goto)
+
+
+def _edit(
+    request: ToolCallRequest, tool: str, args: dict[str, Any]
+) -> ToolCallRequest | ToolMessage:
+    """The request of the call a person edited: its arguments, and its tool when they named
+    another one the agent has (as `HumanInTheLoopMiddleware` applies an edit); an error
+    answer when they named a tool it does not have."""
+    if (tool, args) == (request.tool_call["name"], request.tool_call["args"]):
+        return request  # approved as it was
+    tool_call: ToolCall = {**request.tool_call, "name": tool, "args": args}
+    if tool == request.tool_call["name"]:
+        return request.override(tool_call=tool_call)
+    available = getattr(request.runtime, "tools", None) or ()
+    named = next((t for t in available if isinstance(t, BaseTool) and t.name == tool), None)
+    if named is None:
+        text = _messages.edited_missing_text(tool)
+        return ToolMessage(text, tool_call_id=tool_call["id"] or "", name=tool, status="error")
+    return request.override(tool_call=tool_call, tool=named)
+
+
+def _edited(
+    output: ToolMessage | Command[Any], asked: ToolCallRequest, ran: ToolCallRequest
+) -> ToolMessage | Command[Any]:
+    """A tool's output, told as the edited call's when a person edited the call."""
+    if ran is asked or not isinstance(output, ToolMessage):
+        return output
+    notice = _messages.edited_text(ran.tool_call["name"], json.dumps(ran.tool_call["args"]))
+    content: Any = output.content
+    content = f"{notice}\n\n{content}" if isinstance(content, str) else [notice, *content]
+    return output.model_copy(update={"content": content})
 
 
 def _checkpointed() -> bool:

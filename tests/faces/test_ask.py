@@ -32,9 +32,11 @@ from tests.support.agents import (
 
 LIST = ("list_dir", {"path": "."})
 APPROVE: HITLResponse = {"decisions": [{"type": "approve"}]}
-EDIT: HITLResponse = {"decisions": [{"type": "edit", "edited_action": {"name": "list_dir",
-                                                                       "args": {}}}]}  # fmt: skip
-REJECT: HITLResponse = {"decisions": [{"type": "reject", "message": "enough"}]}
+# An edit that leaves the call as it was: the guard's limits raised, the same call run.
+EDIT: HITLResponse = {
+    "decisions": [{"type": "edit", "edited_action": {"name": "list_dir", "args": {"path": "."}}}]
+}
+REJECT: HITLResponse = {"decisions": [{"type": "reject"}]}
 
 
 class Asking:

@@ -105,7 +105,6 @@ def test_no_call_put_to_approval_is_then_refused(
     assert len(approvals) == 4
 
 
-@pytest.mark.xfail(strict=True, reason="an edit on the guard's question runs the old arguments")
 @pytest.mark.parametrize("mode", MODES)
 def test_an_edit_runs_the_edited_call(mode: str) -> None:
     """The edit Agent Inbox and Agent Chat UI send: the call runs with the edited args."""
@@ -117,7 +116,6 @@ def test_an_edit_runs_the_edited_call(mode: str) -> None:
     assert agent.runs.counts["read_file"] > 4  # it ran
 
 
-@pytest.mark.xfail(strict=True, reason="a rejection's message is dropped for the guard's text")
 @pytest.mark.parametrize("mode", MODES)
 def test_a_rejection_passes_its_message_on(mode: str) -> None:
     """Rejected with a message: the request ends, and the message answers the call, as
@@ -130,3 +128,29 @@ def test_a_rejection_passes_its_message_on(mode: str) -> None:
     assert_valid_history(done["messages"])
     assert reason in answer_to(done["messages"], asked).text
     assert agent.runs.counts["read_file"] == 4
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_response_answers_in_the_tools_place_and_the_request_goes_on(mode: str) -> None:
+    """`respond`, as `HumanInTheLoopMiddleware` reads it: the person's text is the call's
+    result (the tool does not run for it), and the request goes on, the limits raised."""
+    agent = Asking(READ)
+    asked = question(agent.run(ask(), mode))["loop_guard"]["tool_call_id"]
+    answer = "a.txt is empty; stop reading it."
+    paused = agent.resume({"decisions": [{"type": "respond", "message": answer}]}, mode)
+    responded = answer_to(agent.messages(), asked)
+    assert (responded.text, responded.status) == (answer, "success")
+    assert "__interrupt__" in paused  # the stubborn model looped again, and is asked again
+    assert agent.runs.counts["read_file"] == 4 + 4  # nothing ran for the answered call
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_edit_to_a_tool_the_agent_lacks_is_answered_not_run(mode: str) -> None:
+    agent = Asking(READ)
+    asked = question(agent.run(ask(), mode))["loop_guard"]["tool_call_id"]
+    edited = {"name": "delete_everything", "args": {}}
+    agent.resume({"decisions": [{"type": "edit", "edited_action": edited}]}, mode)
+    refused = answer_to(agent.messages(), asked)
+    assert refused.status == "error"
+    assert "`delete_everything`, which is not a tool of this agent" in refused.text
+    assert agent.runs.counts["read_file"] >= 4
