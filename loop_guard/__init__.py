@@ -50,17 +50,13 @@ from loop_guard._values import (
 from loop_guard._volatile import normalize_fresh, normalize_volatile
 
 if TYPE_CHECKING:
+    from loop_guard._agent_state import LoopGuardState
     from loop_guard._langchain import BLOCK_MARK, DUPLICATE_MARK, FINAL_ANSWER_MARK, STEER_MARK
     from loop_guard.callbacks import LoopGuardCallbackHandler
     from loop_guard.graph import LoopGuardNode
-    from loop_guard.middleware import (
-        ExitBehavior,
-        LoopGuardMiddleware,
-        LoopGuardState,
-        aupgrade_thread,
-        upgrade_thread,
-    )
+    from loop_guard.middleware import ExitBehavior, LoopGuardMiddleware
     from loop_guard.tools import guard_tools
+    from loop_guard.upgrades import aupgrade_thread, upgrade_thread
 
 try:
     __version__ = version("langchain-loop-guard")
@@ -124,11 +120,13 @@ _ADAPTERS = {
     "guard_tools": "tools",
     "ExitBehavior": "middleware",
     "LoopGuardMiddleware": "middleware",
-    "LoopGuardState": "middleware",
-    "upgrade_thread": "middleware",
-    "aupgrade_thread": "middleware",
+    "LoopGuardState": "_agent_state",
+    "upgrade_thread": "upgrades",
+    "aupgrade_thread": "upgrades",
 }
 
+
+_NEEDS_LANGCHAIN = frozenset({"middleware", "_agent_state"})  # the `agents` extra's modules
 
 # Names earlier versions used, for one release: each use warns and gives the name now.
 _RETIRED = {"LoopGuardAbort": "LoopGuardStop", "StopKind": "StopReason"}
@@ -150,7 +148,7 @@ def __getattr__(name: str) -> Any:
         # Only a missing langchain module means a missing extra; any other failure (a
         # broken dependency, a Python the code does not support) names its real cause.
         missing = error.name if isinstance(error, ModuleNotFoundError) else None
-        if module != "middleware" or (missing or "").partition(".")[0] != "langchain":
+        if module not in _NEEDS_LANGCHAIN or (missing or "").partition(".")[0] != "langchain":
             raise
         msg = f"{name} needs the `agents` extra: pip install 'langchain-loop-guard[agents]'"
         raise ImportError(msg) from error

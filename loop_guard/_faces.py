@@ -12,14 +12,14 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 
 from loop_guard import _otel_sink
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._langchain import duplicate_of, result_of
+from loop_guard._langchain import answers_to, calls_of, duplicate_of, result_of, tokens_of
 from loop_guard._langchain_sink import dispatch_event
 from loop_guard._siblings import original_of, original_output
-from loop_guard._values import Call, Result
+from loop_guard._values import Block, Call, Proceed, Result, Stop
 
 logger = logging.getLogger("loop_guard")
 
@@ -30,6 +30,17 @@ def attach_sinks(guard: LoopGuard) -> None:
     guard.subscribe(dispatch_event)
     if _otel_sink.AVAILABLE:
         guard.subscribe(_otel_sink.record_event)
+
+
+def verdicts_of(
+    session: Session, reply: AIMessage, answers: Sequence[ToolMessage]
+) -> list[tuple[Call, Proceed | Block | Stop, ToolMessage | None]]:
+    """The reply decision every face shares: each call of `reply`, in the model's order,
+    with the verdict the session gives it (`Session.check_batch`, which gives a call
+    decided before the same verdict again) and its answer among `answers`, if any."""
+    calls = calls_of(reply)
+    verdicts = session.check_batch(calls, tokens_of(reply))
+    return list(zip(calls, verdicts, answers_to(calls, answers), strict=True))
 
 
 def final_answer_failed(error: BaseException) -> None:

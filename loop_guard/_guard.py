@@ -12,10 +12,10 @@ from typing import Any, TypeVar, final
 from typing_extensions import Unpack
 
 from loop_guard._config import LoopGuardConfig, LoopGuardOptions, annotation_hint, resolve_config
-from loop_guard._engine import Engine
+from loop_guard._engine import JUDGED_STEPS, Engine
 from loop_guard._events import Events, EventSink, GuardStats
 from loop_guard._siblings import SharedRuns
-from loop_guard._state import RequestState
+from loop_guard._state import SCHEMA_VERSION, RequestState, migrate
 from loop_guard._values import Block, Call, Decision, Proceed, Result, Steer, Stop
 
 _T = TypeVar("_T")
@@ -165,7 +165,13 @@ class LoopGuard:
         """Whether a graph node delivers this guard's steers (`attach_node`)."""
         return self._node_attached
 
-    def session(self, conversation: str, snapshot: Mapping[str, Any] | None = None) -> Session:
+    def session(
+        self,
+        conversation: str,
+        snapshot: Mapping[str, Any] | None = None,
+        *,
+        call_keys: Callable[[], Mapping[str, str]] | None = None,
+    ) -> Session:
         """The transitions of one conversation: the one way to decide its calls.
 
         Without `snapshot` the guard keeps the conversation's state (bounded by
@@ -174,6 +180,11 @@ class LoopGuard:
         save the new `snapshot()` after the transitions. Its decisions are published
         when the caller says (`Session.publish`), once even when the caller runs the
         same transitions again on the same snapshot (a retried model call).
+
+        A snapshot an earlier version wrote is brought to the current shape
+        (`Session.migrated` says so). Such a snapshot may name the calls of its latest
+        responses by their tool-call ids: `call_keys`, asked only then, maps those ids to
+        their keys now (`Call.key`), read from the history.
 
         Examples:
             >>> guard = LoopGuard()
@@ -184,7 +195,15 @@ class LoopGuard:
             'request-1'
             >>> guard.session("thread-1").state.request_id is None  # the guard holds none
             True
+            >>> old = {"request_id": "r", "batch": [["call_1", "ls", "f1", "allowed"]]}
+            >>> session = guard.session("t", old, call_keys=lambda: {"call_1": "reply-7#0"})
+            >>> session.migrated, session.state.batch[0].call.key
+            (True, 'reply-7#0')
         """
+        migrated = False
+        if snapshot and snapshot.get("v") != SCHEMA_VERSION:
+            snapshot = migrate(snapshot, None if call_keys is None else call_keys())
+            migrated = True
         return Session(
             conversation,
             None if snapshot is None else self._snapshots.read(snapshot),
@@ -192,14 +211,22 @@ class LoopGuard:
             events=self._events,
             conversations=self._conversations,
             snapshots=self._snapshots,
+            migrated=migrated,
         )
 
-    def _blocks_any(self, snapshot: Mapping[str, Any] | None) -> bool:
-        """Whether a call of the latest responses in a snapshot was blocked (or not
-        run): what a tool node asks before every call, answered without a
-        conversation's session."""
-        state = self._snapshots.read(snapshot)
-        return any(entry.block is not None for entry in (*state.batch, *state.settled))
+    def serve_judge(self) -> None:
+        """Check that this guard keeps the recent steps a judge reads (`JUDGED_STEPS`).
+
+        Raises:
+            ValueError: If its settings keep fewer (`LoopGuardConfig.pi()`, say).
+        """
+        if self.engine.memory < JUDGED_STEPS:
+            msg = (
+                f"judge needs the last {JUDGED_STEPS} steps of a request, which the guard "
+                f"keeps with detect_interleaved (repeat_window >= {JUDGED_STEPS}) or "
+                f"detect_cycles (max_cycle_period >= {JUDGED_STEPS}) on"
+            )
+            raise ValueError(msg)
 
     def report_fault(self, conversation: str | None, error: BaseException) -> None:
         """The guard failed on an event: the agent goes on unguarded for that event.
@@ -360,6 +387,7 @@ class Session:
         "_snapshots",
         "_state",
         "conversation",
+        "migrated",
     )
 
     def __init__(
@@ -371,13 +399,16 @@ class Session:
         events: Events,
         conversations: _Conversations,
         snapshots: _Snapshots,
+        migrated: bool = False,
     ) -> None:
-        """A guard's collaborators for one conversation; `state` when the caller keeps it."""
+        """A guard's collaborators for one conversation; `state` when the caller keeps it;
+        `migrated`, whether it was read from an earlier version's snapshot."""
         self._engine = engine
         self._events = events
         self._conversations = conversations
         self._snapshots = snapshots
         self.conversation = conversation
+        self.migrated = migrated
         self._caller_keeps = state is not None
         self._state = _FRESH if state is None else state  # unused when the guard keeps it
         self._decisions: list[Decision] = []  # a caller-kept session's, until `publish`
@@ -405,6 +436,13 @@ class Session:
     def stop(self) -> Stop | None:
         """The `Stop` that ended the current request, if it has ended."""
         return self._engine.stop_of(self.state)
+
+    @property
+    def blocks_any(self) -> bool:
+        """Whether a call of the latest responses was blocked (or not run, the request
+        stopped): what a tool node asks before running each call."""
+        state = self.state
+        return any(entry.block is not None for entry in (*state.batch, *state.settled))
 
     @property
     def awaiting(self) -> tuple[Call, ...]:

@@ -17,7 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.constants import TAG_NOSTREAM
+from langgraph.errors import GraphBubbleUp
 
 from loop_guard._history import current_request, is_user_message
 from loop_guard._langchain import answers_to, calls_of, text_of
@@ -127,3 +131,30 @@ def verdict_of(reply: object) -> Verdict | None:
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+# The judge's calls are the guard's own: traced, never streamed to the agent's caller.
+_JUDGE_CONFIG: RunnableConfig = {
+    "tags": [TAG_NOSTREAM, "loop_guard:judge"],
+    "run_name": "loop_guard_judge",
+}
+
+
+def ask_judge(judge: BaseChatModel, question: list[BaseMessage]) -> tuple[object, str]:
+    """The judge's reply, and why there is none when its call failed."""
+    try:
+        return judge.invoke(question, _JUDGE_CONFIG), ""
+    except GraphBubbleUp:
+        raise
+    except Exception as error:  # a judge that fails never fails the agent
+        return None, f"the judge's call failed: {type(error).__name__}: {error}"
+
+
+async def aask_judge(judge: BaseChatModel, question: list[BaseMessage]) -> tuple[object, str]:
+    """Async twin of `ask_judge`."""
+    try:
+        return await judge.ainvoke(question, _JUDGE_CONFIG), ""
+    except GraphBubbleUp:
+        raise
+    except Exception as error:  # a judge that fails never fails the agent
+        return None, f"the judge's call failed: {type(error).__name__}: {error}"

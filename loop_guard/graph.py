@@ -16,20 +16,17 @@ from typing_extensions import assert_never
 
 from loop_guard import _messages
 from loop_guard._conversation import conversation_for, session_for
-from loop_guard._faces import attach_sinks, final_answer_failed, results_of
+from loop_guard._faces import attach_sinks, final_answer_failed, results_of, verdicts_of
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
     answer_request,
-    answers_to,
     block_message,
-    calls_of,
     final_answer,
     is_marked,
     last_batch,
     messages_of,
     stop_messages,
-    tokens_of,
 )
 from loop_guard._values import Block, Call, Proceed, Steer, Stop
 
@@ -165,30 +162,31 @@ class LoopGuardNode:
         session = session_for(self.guard, key, messages, end)
         corrections: list[AnyMessage] = []
         unrecorded: list[tuple[Call, ToolMessage]] = []  # answers no wrapper recorded
-        calls = calls_of(ai_message) if ai_message is not None else ()
-        paired = answers_to(calls, answers)
-        if ai_message is not None and calls:
-            # Verdicts already given (by wrapped tools) come back unchanged; calls no
-            # wrapper saw - an unknown tool, an unwrapped tool - are judged now, after
-            # the fact: a blocked one keeps its place but its result is withheld.
-            verdicts = session.check_batch(calls, tokens_of(ai_message))
-            for call, verdict, answer in zip(calls, verdicts, paired, strict=True):
-                if answer is None:
-                    continue
-                match verdict:
-                    case Proceed():
-                        if session.awaits_result(call):  # else a wrapper recorded it
-                            unrecorded.append((call, answer))
-                    case Block() | Stop():
-                        if not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it
-                            corrections.append(self._withheld(call, verdict, answer.id))
-                    case _:
-                        assert_never(verdict)
+        # Verdicts already given (by wrapped tools) come back unchanged; calls no wrapper
+        # saw - an unknown tool, an unwrapped tool - are judged now, after the fact: a
+        # blocked one keeps its place but its result is withheld.
+        decided = (
+            verdicts_of(session, ai_message, answers)
+            if ai_message is not None and ai_message.tool_calls
+            else []
+        )
+        for call, verdict, answer in decided:
+            if answer is None:
+                continue
+            match verdict:
+                case Proceed():
+                    if session.awaits_result(call):  # else a wrapper recorded it
+                        unrecorded.append((call, answer))
+                case Block() | Stop():
+                    if not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it
+                        corrections.append(self._withheld(call, verdict, answer.id))
+                case _:
+                    assert_never(verdict)
         session.serve_by_node()  # the steers of this conversation are ours
         results = results_of(self.guard, session, unrecorded, self.guard.tool_names)
-        match session.finish(results, settle=bool(calls)):
+        match session.finish(results, settle=bool(decided)):
             case Stop() as stop:
-                answered = [answer is not None for answer in paired]
+                answered = [answer is not None for _, _, answer in decided]
                 ending = [*corrections, *stop_messages(ai_message, answered, stop)]
                 if self.model is not None:
                     ending = self._answered(self.model, messages, ending, stop, config)

@@ -108,8 +108,11 @@ class _Tally:
         kinds_by_tool: dict[str, Counter[str]] = {}
         for finding in report.findings:
             kinds_by_tool.setdefault(finding.event.tool, Counter())[finding.event.kind] += 1
-        for reason in {f.event.reason for f in report.findings if f.event.reason is not None}:
-            self.shapes[reason] += 1
+        # A loop's shape is the reason it was steered or blocked; a stop's reason is the
+        # setting that ended the request.
+        self.shapes.update(
+            {f.event.reason for f in report.findings if f.event.reason and f.event.kind != "stop"}
+        )
         for tool, kinds in kinds_by_tool.items():
             counts = self.tools.setdefault(tool, Counter())
             counts["threads"] += 1

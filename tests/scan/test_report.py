@@ -36,7 +36,9 @@ def expected(source: Path | str, config: LoopGuardConfig) -> dict[str, Any]:
     kinds = [{f.event.kind for f in r.findings} for r in reports]
     shapes: Counter[str] = Counter()
     for report in reports:
-        shapes.update({f.event.reason for f in report.findings if f.event.reason})
+        shapes.update(
+            {f.event.reason for f in report.findings if f.event.reason and f.event.kind != "stop"}
+        )
     cost = LoopCost()
     for report in reports:
         cost += report.cost

@@ -1,0 +1,135 @@
+"""The guard's part of a `create_agent` agent's state: its schema, and the session a hook or
+a tool call reads from it.
+
+The snapshot under `"loop_guard"` is the truth of the request (checkpointed with the
+thread); the session a hook gets is that snapshot's, in the conversation the run's config
+names. Everything here reads the state; deciding is the session's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, cast
+
+from langchain.agents.middleware.types import AgentState, PrivateStateAttr, ResponseT
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_config
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+from typing_extensions import NotRequired
+
+from loop_guard._conversation import ConversationKey, thread_of
+from loop_guard._guard import LoopGuard, Session
+from loop_guard._langchain import (
+    call_keys,
+    calls_of,
+    keys_of,
+    last_batch,
+    messages_of,
+    position_of,
+    tokens_of,
+)
+from loop_guard._values import Call
+
+
+class LoopGuardState(AgentState[ResponseT]):
+    """State schema for `LoopGuardMiddleware`.
+
+    Extends `AgentState` with the guard's per-request state, a JSON-safe snapshot kept
+    in the thread's checkpoint, so a thread resumed in another process continues
+    exactly. It is reset at the start of every request. Its type parameter, `ResponseT`,
+    is the type of the structured response (`Any` by default).
+
+    Examples:
+        >>> "loop_guard" in LoopGuardState.__annotations__
+        True
+    """
+
+    loop_guard: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
+
+
+def session_of(guard: LoopGuard, state: Mapping[str, Any], runtime: object) -> Session:
+    """The guard's session on `state`'s snapshot, in the conversation `runtime` names.
+
+    A snapshot an earlier version wrote is migrated by the guard, the history's latest
+    responses naming its calls. Versions that decided a reply in an `after_model` node
+    could checkpoint a reply before deciding it (human approval listed after the guard, a
+    pause after the model): such a reply is decided here, so that its calls count.
+    """
+    messages = messages_of(state)
+    session = guard.session(
+        conversation_of(state, runtime),
+        state.get("loop_guard") or {},  # `{}`: still the caller's state to keep, fresh
+        call_keys=lambda: call_keys(messages),
+    )
+    if session.migrated:
+        reply, _ = last_batch(messages)
+        if reply is not None and reply.tool_calls and not session.checked(keys_of(reply)):
+            session.check_batch(calls_of(reply), tokens_of(reply))
+    return session
+
+
+def conversation_of(state: Mapping[str, Any], runtime: object) -> str:
+    """The thread (narrowed to the agent's graph) when there is one, else this request."""
+    key = thread_of(config_of(runtime))
+    if key is None:
+        key = ConversationKey("request", str((state.get("loop_guard") or {}).get("request_id")))
+    return str(key)
+
+
+def config_of(runtime: object) -> RunnableConfig | None:
+    """The run's config: a tool's runtime holds it; a hook's runtime names its thread
+    and namespace in its execution info. The context's config is the last resort (older
+    LangGraph): in async code on Python 3.10 it is missing, or a caller's (an agent run
+    inside an async tool would see the tool's), as tasks get no context there."""
+    config = getattr(runtime, "config", None)
+    if isinstance(config, Mapping):
+        return cast("RunnableConfig", config)
+    info = getattr(runtime, "execution_info", None)
+    if info is not None:
+        if info.thread_id is None:
+            return None
+        return {"configurable": {"thread_id": info.thread_id, "checkpoint_ns": info.checkpoint_ns}}
+    try:
+        return get_config()
+    except RuntimeError:
+        return None
+
+
+def checkpointed() -> bool:
+    """Whether the run has a checkpointer (`True` when it cannot be told: no run config
+    in sight, as in async hooks before Python 3.11)."""
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:
+        return True
+    # LangGraph's own key for the run's checkpointer (`CONFIG_KEY_CHECKPOINTER`).
+    return configurable.get("__pregel_checkpointer") is not None
+
+
+def call_of(request: ToolCallRequest) -> Call | None:
+    """The call a tool call is, in its reply (`None` when the history does not hold it)."""
+    placed = placed_call(request)
+    return None if placed is None else placed[0][placed[1]]
+
+
+def placed_call(request: ToolCallRequest) -> tuple[Sequence[Call], int] | None:
+    """The calls of the reply a tool call belongs to, and its position among them."""
+    message, _ = last_batch(messages_of(request.state))
+    if message is None:
+        return None
+    tool_call = request.tool_call
+    position = position_of(message, tool_call.get("id"), tool_call["name"], tool_call.get("args"))
+    return None if position is None else (calls_of(message), position)
+
+
+def with_snapshot(output: ToolMessage | Command[Any], session: Session) -> Command[Any]:
+    """A tool's output, with the guard's snapshot of a request a person let go on."""
+    snapshot = session.snapshot()
+    if not isinstance(output, Command):
+        return Command(update={"messages": [output], "loop_guard": snapshot})
+    if output.update is not None and not isinstance(output.update, Mapping):
+        return output  # an update as a list of writes: the tool's own, kept as it is
+    update = {**(output.update or {}), "loop_guard": snapshot}
+    return Command(graph=output.graph, update=update, resume=output.resume, goto=output.goto)
