@@ -456,6 +456,37 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             answer.response_metadata["loop_guard_end"] = "answer"
         return answer
 
+    def will_run(self, request: ToolCallRequest) -> bool:
+        """Whether the guard lets this tool call run: `False` for a call it blocked, and
+        for the call it asks a person about itself (`exit_behavior="ask"`).
+
+        Pass it as `HumanInTheLoopMiddleware`'s `when`, so that a person is never asked
+        to approve a call the guard will not run (its answer would be thrown away), and
+        is asked about a loop once, by the guard. It gives the same answer for the same
+        call whenever it is asked, as `when` must. A fault of the guard answers `True`.
+
+        Example:
+            ```python
+            guard = LoopGuardMiddleware(exit_behavior="ask")
+            approval = HumanInTheLoopMiddleware(
+                interrupt_on={"send_email": {"allowed_decisions": ["approve", "reject"],
+                                             "when": guard.will_run}}
+            )
+            agent = create_agent(model, tools, middleware=[guard, approval], checkpointer=...)
+            ```
+        """
+        try:
+            session = session_of(self.guard, request.state, request.runtime)
+            if not session.blocks_any:
+                return True  # the common case: nothing of the reply was blocked
+            call = call_of(request)
+            if call is None:
+                return True
+            return not isinstance(session.verdict_of(call), Block | Stop)
+        except Exception as error:  # a fault of the guard: the person is asked as usual
+            self.guard.report_fault(None, error)
+            return True
+
     def _blocked_answer(self, request: ToolCallRequest) -> ToolMessage | None:
         """The answer of a call the guard blocked when it decided the reply, if blocked.
 

@@ -72,37 +72,47 @@ def approve_then_stop(agent: Any, sync: bool) -> tuple[list[str], int, list[Base
     raise AssertionError("the person is asked forever")
 
 
-NOT_FIRST = pytest.mark.xfail(
-    strict=True,
-    reason="the stopping reply's call is put to approval before the guard asks about it",
-)
-
-
 @pytest.mark.parametrize(
     "sync",
     [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
 )
-@pytest.mark.parametrize(
-    ("interrupt_mode", "order"),
-    [
-        pytest.param("batched", "guard-first", marks=NOT_FIRST),
-        pytest.param("batched", "hitl-first", marks=NOT_FIRST),
-        ("per_call", "guard-first"),
-        pytest.param("per_call", "hitl-first", marks=NOT_FIRST),
-    ],
-)
-def test_no_call_put_to_approval_is_then_refused(
+@pytest.mark.parametrize("interrupt_mode", ["batched", "per_call"])
+@pytest.mark.parametrize("order", ["guard-first", "hitl-first"])
+def test_no_call_put_to_approval_is_then_blocked(
     interrupt_mode: InterruptMode, order: Order, sync: bool
 ) -> None:
-    """The person approves the 4 calls that run, is asked by the guard where it would
-    stop, and is never asked to approve the call that stopped the request."""
-    agent, _, runs = build(stubborn(READ), order, interrupt_mode, exit_behavior="ask")
+    """With the approval gated by `will_run`, in either order and either mode: the person
+    approves the 4 calls that run, is asked by the guard where it would stop, and is never
+    asked to approve a call the guard blocks or asks about itself."""
+    agent, _, runs = build(
+        stubborn(READ), order, interrupt_mode, when_guard_runs=True, exit_behavior="ask"
+    )
     approvals, questions, messages = approve_then_stop(agent, sync)
     assert_valid_history(messages)
     assert questions == 1
     assert runs.counts["read_file"] == 4
     assert not set(approvals) & refused_ids(messages)
     assert len(approvals) == 4
+
+
+@pytest.mark.parametrize("interrupt_mode", ["batched", "per_call"])
+@pytest.mark.parametrize("order", ["guard-first", "hitl-first"])
+def test_a_reply_blocked_in_part_puts_only_its_running_calls_to_approval(
+    interrupt_mode: InterruptMode, order: Order
+) -> None:
+    """A reply whose one call is blocked and whose other runs: with `will_run`, only the
+    call that runs is put to a person."""
+    agent, _, _ = build(
+        stubborn(READ, ("list_dir", {"path": "."})),
+        order,
+        interrupt_mode,
+        when_guard_runs=True,
+        exit_behavior="ask",
+    )
+    approvals, _, messages = approve_then_stop(agent, sync=True)
+    assert_valid_history(messages)
+    assert refused_ids(messages)
+    assert not set(approvals) & refused_ids(messages)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
+from langchain.agents.middleware.human_in_the_loop import InterruptOnConfig
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
@@ -53,8 +54,15 @@ class Review:
 
 
 def build(
-    script: Any, order: Order, mode: InterruptMode = "batched", **guard_options: Any
+    script: Any,
+    order: Order,
+    mode: InterruptMode = "batched",
+    *,
+    when_guard_runs: bool = False,
+    **guard_options: Any,
 ) -> tuple[Any, ScriptedChatModel, ToolRuns]:
+    """An agent whose tools a person approves; with `when_guard_runs`, only the calls the
+    guard lets run (`LoopGuardMiddleware.will_run` as the approval's `when`)."""
     runs = ToolRuns()
     model = ScriptedChatModel(script=script)
     guard = LoopGuardMiddleware(**guard_options)
@@ -64,7 +72,12 @@ def build(
         if mode == "per_call":
             pytest.skip("per-call interrupts need langchain >= 1.5")
         options = {}
-    hitl = HumanInTheLoopMiddleware(interrupt_on={"read_file": True, "list_dir": True}, **options)
+    gate: Any = True
+    if when_guard_runs:
+        if "when" not in InterruptOnConfig.__annotations__:
+            pytest.skip("HumanInTheLoopMiddleware has no `when` before langchain 1.5")
+        gate = {"allowed_decisions": ["approve", "edit", "reject"], "when": guard.will_run}
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"read_file": gate, "list_dir": gate}, **options)
     agent = create_agent(
         model,
         make_tools(runs),
@@ -83,11 +96,15 @@ def _asked_ids(agent: Any, config: dict[str, Any], interrupts: Any) -> list[str]
             ids.append(value["tool_call_id"])
             continue
         # batched: the requests follow the gated calls of the last AI message, in order
+        # (a `when` may leave some out), each naming its call's tool and args
         messages = agent.get_state(config).values["messages"]
         last = next(m for m in reversed(messages) if isinstance(m, AIMessage))
-        gated = [c for c in last.tool_calls if c["name"] in ("read_file", "list_dir")]
-        assert [a["name"] for a in value["action_requests"]] == [c["name"] for c in gated]
-        ids.extend(c["id"] or "" for c in gated)
+        gated = iter(c for c in last.tool_calls if c["name"] in ("read_file", "list_dir"))
+        for action in value["action_requests"]:
+            call = next(
+                c for c in gated if (c["name"], c["args"]) == (action["name"], action["args"])
+            )
+            ids.append(call["id"] or "")
     return ids
 
 
