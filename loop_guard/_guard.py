@@ -214,6 +214,19 @@ class LoopGuard:
             migrated=migrated,
         )
 
+    def blocks_any(self, snapshot: Mapping[str, Any]) -> bool:
+        """Whether a call of the latest responses of a caller-kept snapshot was blocked
+        (or not run, the request stopped): what a tool node asks before each call, asked
+        without a conversation's session, so the common answer (`False`) costs no more
+        than reading the snapshot.
+
+        Examples:
+            >>> LoopGuard().blocks_any({})
+            False
+        """
+        state = self._snapshots.read(snapshot)
+        return any(entry.block is not None for entry in (*state.batch, *state.settled))
+
     def serve_judge(self) -> None:
         """Check that this guard keeps the recent steps a judge reads (`JUDGED_STEPS`).
 
@@ -436,13 +449,6 @@ class Session:
     def stop(self) -> Stop | None:
         """The `Stop` that ended the current request, if it has ended."""
         return self._engine.stop_of(self.state)
-
-    @property
-    def blocks_any(self) -> bool:
-        """Whether a call of the latest responses was blocked (or not run, the request
-        stopped): what a tool node asks before running each call."""
-        state = self.state
-        return any(entry.block is not None for entry in (*state.batch, *state.settled))
 
     @property
     def awaiting(self) -> tuple[Call, ...]:

@@ -476,9 +476,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             ```
         """
         try:
-            session = session_of(self.guard, request.state, request.runtime)
-            if not session.blocks_any:
+            if not self.guard.blocks_any(request.state.get("loop_guard") or {}):
                 return True  # the common case: nothing of the reply was blocked
+            session = session_of(self.guard, request.state, request.runtime)
             call = call_of(request)
             if call is None:
                 return True
@@ -495,9 +495,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         human approval) never answers a call a second time.
         """
         try:
-            session = session_of(self.guard, request.state, request.runtime)
-            if not session.blocks_any:
+            if not self.guard.blocks_any(request.state.get("loop_guard") or {}):
                 return None  # the common case: nothing of the reply was blocked
+            session = session_of(self.guard, request.state, request.runtime)
             call = call_of(request)
             if call is None:
                 return None
