@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from typing_extensions import override
 
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._history import RequestStarts, request_start, up_to_date
+from loop_guard._history import Observer, RequestStarts, request_start, up_to_date
 
 Scope = Literal["thread", "run", "request"]
 
@@ -217,7 +217,24 @@ def session_for(
     (the messages before `end`, up to what the caller is about to decide; see
     `up_to_date`)."""
     session = guard.session(str(key))
-    if key.follows_history and guard.config.enabled:
-        tools = guard.tool_names
-        session.catch_up(lambda held: up_to_date(guard.engine, held, history, end, tools=tools))
+    if key.follows_history:
+        follow_history(guard, session, history, end)
     return session
+
+
+def follow_history(
+    guard: LoopGuard,
+    session: Session,
+    history: Sequence[BaseMessage],
+    end: int | None = None,
+    *,
+    observe: Observer | None = None,
+) -> None:
+    """Bring a session's state up to date with the conversation's history (the messages
+    before `end`): the history is the truth, the state a cache (`up_to_date`). `observe`
+    gets each call read with the decisions it led to."""
+    if guard.config.enabled:
+        tools = guard.tool_names
+        session.catch_up(
+            lambda held: up_to_date(guard.engine, held, history, end, tools=tools, observe=observe)
+        )

@@ -426,6 +426,12 @@ class Session:
         self._state = _FRESH if state is None else state  # unused when the guard keeps it
         self._decisions: list[Decision] = []  # a caller-kept session's, until `publish`
 
+    def adopt(self, decisions: Sequence[Decision]) -> None:
+        """Take decisions reached for this conversation while its state caught up on a
+        history (`catch_up`) as its own, to be published with its next `publish`: those
+        no session saw live (results another agent handed over, say)."""
+        self._decisions.extend(decisions)
+
     def publish(self) -> None:
         """Publish a caller-kept session's decisions so far, once per point of its request
         (its request and the steps counted in it)."""

@@ -47,6 +47,25 @@ def current_request(messages: Sequence[BaseMessage]) -> tuple[str | None, Sequen
     return messages[start].id, messages[start:]
 
 
+def worked_on(messages: Sequence[BaseMessage]) -> bool:
+    """Whether the request `messages` end in already holds model calls of tools: agents
+    before the one starting now worked on it (a handoff, a delegation, a resumed run).
+
+    Examples:
+        >>> from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+        >>> asked = [HumanMessage("Plan a trip", id="u1")]
+        >>> worked_on(asked)
+        False
+        >>> handoff = AIMessage("", tool_calls=[{"name": "to_bob", "args": {}, "id": "c1"}])
+        >>> worked_on([*asked, handoff, ToolMessage("ok", tool_call_id="c1")])
+        True
+    """
+    if messages and begins_request(messages, len(messages) - 1, len(messages) + 1):
+        return False  # it ends in a user message, or the guard's stop: a new request
+    start = request_start(messages)
+    return any(_is_response(message) for message in messages[start or 0 :])
+
+
 def request_start(
     messages: Sequence[BaseMessage], known: RequestStarts | None = None
 ) -> int | None:
@@ -252,6 +271,7 @@ def up_to_date(
     end: int | None = None,
     *,
     tools: Collection[str] | None = None,
+    observe: Observer | None = None,
 ) -> RequestState | None:
     """The state a conversation's history shows, when `state` is not it; else `None`.
 
@@ -262,7 +282,8 @@ def up_to_date(
     catches up on them. A new user message starts a new request, rebuilt from the
     history. Only the messages since the newest response the state knows are read, so
     the check costs the same however long the thread is. `end` bounds the history
-    (the messages before it), without a copy of it.
+    (the messages before it), without a copy of it. `observe` gets each call read with
+    the decisions it led to (see `replay`).
     """
     end = len(messages) if end is None else end
     for index in range(end - 1, -1, -1):
@@ -271,9 +292,13 @@ def up_to_date(
             if state is None or state.request_id != message.id or state.batch or state.settled:
                 # A new request; or a state that has seen responses none of which is in
                 # this history (a fork from an earlier checkpoint): not a prefix of it.
-                return rebuild(engine, messages[:end], tools=tools)
+                return rebuild(engine, messages[:end], tools=tools, observe=observe)
             since = messages[index + 1 : end]
-            return catch_up(engine, state, since, tools=tools) if _news(state, since) else None
+            return (
+                catch_up(engine, state, since, observe, tools=tools)
+                if _news(state, since)
+                else None
+            )
         if message.id is None and is_user_message(message):
             # Not the thread's history, where every message has an id: a model call of
             # another kind on the thread (a middleware's summarizer, say).
@@ -285,9 +310,15 @@ def up_to_date(
             and engine.declared(state, first_key(message))
         ):
             since = messages[index:end]
-            return catch_up(engine, state, since, tools=tools) if _news(state, since[1:]) else None
+            return (
+                catch_up(engine, state, since, observe, tools=tools)
+                if _news(state, since[1:])
+                else None
+            )
     # No request start in sight (a summary replaced it): what the state knows stands.
-    return None if state is not None else rebuild(engine, messages[:end], tools=tools)
+    return (
+        None if state is not None else rebuild(engine, messages[:end], tools=tools, observe=observe)
+    )
 
 
 def _is_response(message: BaseMessage) -> bool:
@@ -326,7 +357,11 @@ def _delivers_steer(message: BaseMessage) -> bool:
 
 
 def rebuild(
-    engine: Engine, messages: Sequence[BaseMessage], *, tools: Collection[str] | None = None
+    engine: Engine,
+    messages: Sequence[BaseMessage],
+    *,
+    tools: Collection[str] | None = None,
+    observe: Observer | None = None,
 ) -> RequestState:
     """The state of the request a conversation's messages end in, rebuilt from them.
 
@@ -338,10 +373,10 @@ def rebuild(
     recorded = _newest_record(request, request_id)
     if recorded is not None:
         response, state = recorded
-        return catch_up(engine, state, request[response:], tools=tools)
+        return catch_up(engine, state, request[response:], observe, tools=tools)
     start = len(messages) - len(request)
     before = _earlier_turns(engine, messages[:start], tools)
-    return replay(engine, request_id, request, before=before, tools=tools)
+    return replay(engine, request_id, request, observe, before=before, tools=tools)
 
 
 def _newest_record(

@@ -35,9 +35,11 @@ from loop_guard._agent_state import (
     with_snapshot,
 )
 from loop_guard._config import LoopGuardConfig, LoopGuardOptions
+from loop_guard._conversation import follow_history
 from loop_guard._events import GuardEvent
 from loop_guard._faces import ashared_run, attach_sinks, shared_run
 from loop_guard._guard import LoopGuard, Session
+from loop_guard._history import worked_on
 from loop_guard._judge import aask_judge, ask_judge
 from loop_guard._langchain import (
     PersonDecision,
@@ -46,6 +48,7 @@ from loop_guard._langchain import (
     block_message,
     calls_of,
     decision_of,
+    keys_of,
     last_batch,
     messages_of,
     repeated_result,
@@ -54,7 +57,7 @@ from loop_guard._langchain import (
 )
 from loop_guard._reply_watch import RepeatedTextCut
 from loop_guard._turn import Turn
-from loop_guard._values import Block, Call, LoopGuardStop, Stop
+from loop_guard._values import Block, Call, Decision, LoopGuardStop, Stop
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
@@ -197,7 +200,13 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
     def before_agent(
         self, state: LoopGuardState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
-        """Start a new request: everything resets but the recent steps.
+        """Start a new request: everything resets but the recent steps; or go on with the
+        request the history holds, when agents before this one worked on it.
+
+        A request is what one user message starts, whichever agents run for it: an agent
+        entered by a handoff or a supervisor's delegation continues it, its state read
+        from the shared history (every agent's calls, in the history's order), so that a
+        loop between agents is one sequence for the detectors.
 
         See How the guard decides: reset and scope, and beyond the Pi extension.
         """
@@ -211,7 +220,23 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             raise ValueError(msg)
         session = session_of(self.guard, state, runtime)
         left = _left_unanswered(state, session.stop) if self.exit_behavior == "ask" else None
-        session.start_request(uuid.uuid4().hex)
+        messages = messages_of(state)
+        if left is None and worked_on(messages):
+            # The results of the last response were handed over to this agent: no guard
+            # saw them live, so what they lead to (a steer) is this agent's to publish.
+            reply, _ = last_batch(messages)
+            handed_over = set() if reply is None else set(keys_of(reply))
+            reached: list[Decision] = []
+
+            def observe(call: Call, decisions: Sequence[Decision]) -> None:
+                if call.key in handed_over:
+                    reached.extend(d for d in decisions if not isinstance(d, Block | Stop))
+
+            follow_history(self.guard, session, messages, observe=observe)
+            session.adopt(reached)
+            session.publish()
+        else:
+            session.start_request(uuid.uuid4().hex)
         update: dict[str, Any] = {"loop_guard": session.snapshot()}
         if left:
             update["messages"] = left

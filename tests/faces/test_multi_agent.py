@@ -1,0 +1,222 @@
+"""Loops between agents (SPEC §9): agents that hand a task back and forth in a real
+`langgraph-swarm`, each a `create_agent` with `LoopGuardMiddleware`. The calls of every agent
+writing into the shared history are one sequence for the detectors, a handoff a call like
+any other, and one request spans the agents a user message sets going. Only the chat models
+are scripted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph_swarm import create_handoff_tool, create_swarm
+
+from loop_guard import GUARD_NAME, GuardEvent, LoopGuardMiddleware
+from loop_guard.testing import ScriptedChatModel, stubborn
+from tests.support.agents import assert_valid_history, blocked, needs_async_context
+
+SYNC = pytest.mark.parametrize(
+    "sync",
+    [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
+)
+
+
+class PingPong:
+    """Two agents, alice and bob, each handing the task to the other whatever they are told."""
+
+    def __init__(self, checkpointer: Any = None, **compile_options: Any) -> None:
+        self.events: list[tuple[str, GuardEvent]] = []
+        self.models: dict[str, ScriptedChatModel] = {}
+        agents = [self._agent("alice", "bob"), self._agent("bob", "alice")]
+        swarm = create_swarm(agents, default_active_agent="alice")
+        self.app = swarm.compile(checkpointer=checkpointer or InMemorySaver(), **compile_options)
+
+    def _agent(self, name: str, other: str) -> Any:
+        model = ScriptedChatModel(script=stubborn((f"transfer_to_{other}", {})))
+        self.models[name] = model
+        guard = LoopGuardMiddleware(on_event=lambda event: self.events.append((name, event)))
+        handoff = create_handoff_tool(agent_name=other)
+        return create_agent(model, [handoff], middleware=[guard], name=name)
+
+    def run(self, payload: Any, sync: bool, thread: str = "t") -> list[BaseMessage]:
+        config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 100}
+        if sync:
+            return list(self.app.invoke(payload, config)["messages"])
+        return list(asyncio.run(self.app.ainvoke(payload, config))["messages"])
+
+    def kinds(self) -> list[str]:
+        return [event.kind for _, event in self.events]
+
+
+def handoffs_before(messages: Sequence[BaseMessage], index: int) -> int:
+    """Handoffs that ran (answered by a transfer, not a block) before `messages[index]`."""
+    return sum(
+        isinstance(m, ToolMessage) and m.text.startswith("Successfully transferred")
+        for m in messages[:index]
+    )
+
+
+def steer_at(messages: Sequence[BaseMessage]) -> int:
+    return next(
+        i for i, m in enumerate(messages) if isinstance(m, HumanMessage) and m.name == GUARD_NAME
+    )
+
+
+@SYNC
+def test_a_handoff_ping_pong_is_steered_then_stopped_for_the_whole_run(sync: bool) -> None:
+    """Alice and bob hand the task back and forth: steered within 3 laps (a lap is a handoff
+    each way), stopped within 6, every call answered, the run at its end with the stop."""
+    swarm = PingPong()
+    messages = swarm.run({"messages": [HumanMessage("Plan a trip")]}, sync)
+    assert_valid_history(messages)
+    assert handoffs_before(messages, steer_at(messages)) <= 2 * 3
+    assert handoffs_before(messages, len(messages)) <= 2 * 6
+    last = messages[-1]
+    assert isinstance(last, AIMessage)
+    assert last.name == GUARD_NAME
+    assert last.text.startswith("Stopped by loop_guard")
+    assert blocked(messages)
+    assert swarm.kinds()[0] == "steer"
+    assert swarm.kinds()[-1] == "stop"
+    assert swarm.kinds().count("steer") == 1  # published once, by the agent that read it
+
+
+def test_each_agent_is_steered_and_blocked_by_the_shared_sequence() -> None:
+    """Without the shared sequence each agent saw one call per activation and the swarm ran
+    to the recursion limit: the cycle is the two agents' calls together."""
+    swarm = PingPong()
+    messages = swarm.run({"messages": [HumanMessage("Plan a trip")]}, sync=True)
+    reasons = {event.reason for _, event in swarm.events if event.kind in ("steer", "block")}
+    assert reasons == {"cycle"}
+    assert sum(swarm.models[name].calls for name in swarm.models) < 20
+    assert len(messages) < 40
+
+
+def test_a_thread_moved_to_fresh_agents_mid_loop_decides_as_one_run(tmp_path: Path) -> None:
+    """The swarm pauses before each of bob's turns; half way, new agents and guards (as a
+    fresh worker process would build them) take the thread over from SQLite: the history
+    they read decides exactly as one uninterrupted run."""
+    reference = PingPong().run({"messages": [HumanMessage("Plan a trip", id="u1")]}, True)
+
+    def saver() -> SqliteSaver:
+        return SqliteSaver(sqlite3.connect(tmp_path / "swarm.sqlite", check_same_thread=False))
+
+    first = PingPong(saver(), interrupt_before=["bob"])
+    first.run({"messages": [HumanMessage("Plan a trip", id="u1")]}, True)
+    first.run(None, True)  # one more pause
+    second = PingPong(saver(), interrupt_before=["bob"])
+    messages: list[BaseMessage] = []
+    for _ in range(20):
+        messages = second.run(None, True)
+        if isinstance(messages[-1], AIMessage) and messages[-1].name == GUARD_NAME:
+            break
+    assert [describe(m) for m in messages] == [describe(m) for m in reference]
+
+
+def describe(message: BaseMessage) -> str:
+    calls = [call["name"] for call in getattr(message, "tool_calls", [])]
+    return f"{message.type}:{message.name}:{calls or message.text[:60]}"
+
+
+# --- must not trigger ----------------------------------------------------------------------
+
+
+@tool
+def search(topic: str) -> str:
+    """Search the web."""
+    return f"findings on {topic}"
+
+
+@tool
+def write(draft: str) -> str:
+    """Write a draft."""
+    return f"draft saved: {draft}"
+
+
+def test_a_researcher_writer_exchange_with_new_findings_is_left_alone() -> None:
+    """Each handoff carries new work: the researcher searches a new topic, the writer
+    writes a new draft, then hands back, for 8 laps; then the writer answers."""
+    laps = 8
+
+    def researcher(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, ToolMessage) and last.name == "search":
+            return call("transfer_to_writer", {}, index)
+        return call("search", {"topic": f"topic {index}"}, index)
+
+    def writer(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        last = messages[-1]
+        drafts = sum(isinstance(m, ToolMessage) and m.name == "write" for m in messages)
+        if isinstance(last, ToolMessage) and last.name == "write":
+            if drafts >= laps:
+                return AIMessage(content="The article is done.")
+            return call("transfer_to_researcher", {}, index)
+        return call("write", {"draft": f"draft {drafts + 1}"}, index)
+
+    events: list[GuardEvent] = []
+    guard = LoopGuardMiddleware(on_event=events.append)
+    agents = [
+        create_agent(
+            ScriptedChatModel(script=researcher),
+            [search, create_handoff_tool(agent_name="writer")],
+            middleware=[guard],
+            name="researcher",
+        ),
+        create_agent(
+            ScriptedChatModel(script=writer),
+            [write, create_handoff_tool(agent_name="researcher")],
+            middleware=[guard],
+            name="writer",
+        ),
+    ]
+    app = create_swarm(agents, default_active_agent="researcher").compile()
+    config: Any = {"recursion_limit": 200}
+    messages = app.invoke({"messages": [HumanMessage("Write an article")]}, config)["messages"]
+    assert messages[-1].text == "The article is done."
+    assert events == []
+    assert_valid_history(messages)
+
+
+def test_a_swarm_back_at_an_agent_after_a_new_user_message_starts_afresh() -> None:
+    """Five requests on one thread, each handing the task over once and answering: each
+    user message starts a new request, so the handoffs of earlier requests never add up."""
+    events: list[GuardEvent] = []
+    guard = LoopGuardMiddleware(on_event=events.append)
+
+    def hands_over_once(other: str) -> Any:
+        def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+            if isinstance(messages[-1], ToolMessage):  # handed the task: answer it
+                return AIMessage(content="Done.")
+            return call(f"transfer_to_{other}", {}, index)
+
+        return script
+
+    agents = [
+        create_agent(
+            ScriptedChatModel(script=hands_over_once(other)),
+            [create_handoff_tool(agent_name=other)],
+            middleware=[guard],
+            name=name,
+        )
+        for name, other in (("alice", "bob"), ("bob", "alice"))
+    ]
+    app = create_swarm(agents, default_active_agent="alice").compile(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t"}}
+    for request in range(5):
+        messages = app.invoke({"messages": [HumanMessage(f"Task {request}")]}, config)["messages"]
+        assert messages[-1].text == "Done."
+    assert events == []
+
+
+def call(name: str, args: dict[str, Any], index: int) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": f"{name}-{index}"}])
