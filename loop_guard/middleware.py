@@ -500,17 +500,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             agent = create_agent(model, tools, middleware=[guard, approval], checkpointer=...)
             ```
         """
-        try:
-            if not self.guard.blocks_any(request.state.get("loop_guard") or {}):
-                return True  # the common case: nothing of the reply was blocked
-            session = session_of(self.guard, request.state, request.runtime)
-            call = call_of(request)
-            if call is None:
-                return True
-            return not isinstance(session.verdict_of(call), Block | Stop)
-        except Exception as error:  # a fault of the guard: the person is asked as usual
-            self.guard.report_fault(None, error)
-            return True
+        return self._blocked(request) is None
 
     def _blocked_answer(self, request: ToolCallRequest) -> ToolMessage | None:
         """The answer of a call the guard blocked when it decided the reply, if blocked.
@@ -519,18 +509,24 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         node reaches them, so that middleware acting after the model (call limits,
         human approval) never answers a call a second time.
         """
+        blocked = self._blocked(request)
+        if blocked is None or not isinstance(blocked[1], Block):
+            return None
+        call, verdict = blocked
+        return block_message(call.id, call.tool, verdict.message)
+
+    def _blocked(self, request: ToolCallRequest) -> tuple[Call, Block | Stop] | None:
+        """The call and the verdict that keeps it from running, when the guard did not let
+        it run as it decided its reply (a block; the stop, for the call a person is asked
+        about); `None` when it runs."""
         try:
             if not self.guard.blocks_any(request.state.get("loop_guard") or {}):
                 return None  # the common case: nothing of the reply was blocked
             session = session_of(self.guard, request.state, request.runtime)
             call = call_of(request)
-            if call is None:
-                return None
-            verdict = session.verdict_of(call)
-            if not isinstance(verdict, Block):
-                return None
-            return block_message(call.id, call.tool, verdict.message)
-        except Exception as error:  # a fault of the guard: this call runs unguarded
+            verdict = None if call is None else session.verdict_of(call)
+            return (call, verdict) if call and isinstance(verdict, Block | Stop) else None
+        except Exception as error:  # a fault of the guard: the call runs unguarded
             self.guard.report_fault(None, error)
             return None
 

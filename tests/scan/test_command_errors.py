@@ -8,7 +8,6 @@ Exit status of `scan` and `report`, added up: 1 the guard would have stepped in 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import sqlite3
@@ -22,25 +21,13 @@ import pytest
 from langchain_core.messages import BaseMessage
 
 import loop_guard.scan
-from loop_guard.cli import main
 from loop_guard.testing import ScriptedChatModel
 from tests.scan.test_scan import openai_healthy, openai_loop, write
+from tests.support.cli import run_cli
 from tests.support.fleet import sqlite_fleet
 
 THREADS = 20
 CORRUPT = "cycle-000001"
-
-
-def run_main(*argv: str) -> tuple[int, str, str]:
-    """`loop-guard ARGV` in this process: (status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    original = (sys.stdout, sys.stderr)
-    sys.stdout, sys.stderr = out, err
-    try:
-        status = main(list(argv))
-    finally:
-        sys.stdout, sys.stderr = original
-    return status, out.getvalue(), err.getvalue()
 
 
 def run_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -89,7 +76,7 @@ def test_report_names_a_corrupt_thread_and_reports_the_others(
     corrupt_fleet: Path, tmp_path: Path
 ) -> None:
     numbers = tmp_path / "r.json"
-    status, _, err = run_main("report", str(corrupt_fleet), "--json", str(numbers), "--jobs", "1")
+    status, _, err = run_cli("report", str(corrupt_fleet), "--json", str(numbers), "--jobs", "1")
     assert status == loop_guard.scan.EXIT_PARTLY_UNREADABLE == 4
     assert "Traceback" not in err
     assert f"thread '{CORRUPT}'" in err
@@ -99,7 +86,7 @@ def test_report_names_a_corrupt_thread_and_reports_the_others(
 
 
 def test_scan_names_a_corrupt_thread_and_adds_its_status_to_the_loops(corrupt_fleet: Path) -> None:
-    status, out, err = run_main("scan", "--json", str(corrupt_fleet))
+    status, out, err = run_cli("scan", "--json", str(corrupt_fleet))
     assert status == 1 + 4  # the fleet loops, and a thread could not be read
     assert "Traceback" not in err
     assert f"thread '{CORRUPT}'" in err
@@ -108,7 +95,7 @@ def test_scan_names_a_corrupt_thread_and_adds_its_status_to_the_loops(corrupt_fl
 
 
 def test_report_of_the_corrupt_fleet_in_worker_processes(corrupt_fleet: Path) -> None:
-    status, out, err = run_main("report", str(corrupt_fleet), "--json", "-", "--jobs", "2")
+    status, out, err = run_cli("report", str(corrupt_fleet), "--json", "-", "--jobs", "2")
     assert status == 4, err
     assert json.loads(out)["threads"] == THREADS - 1
 
@@ -118,7 +105,7 @@ def test_a_database_whose_only_thread_is_corrupt_is_unreadable(tmp_path: Path) -
     database = tmp_path / "one.sqlite"
     sqlite_fleet(database, 1)
     corrupt_thread(database, "repeat-000000", b"\xc1 not msgpack")
-    status, _, err = run_main("scan", str(database))
+    status, _, err = run_cli("scan", str(database))
     assert status == 2
     assert "thread 'repeat-000000'" in one_line(err)
 
@@ -127,7 +114,7 @@ def test_a_broken_line_in_json_lines_is_counted(tmp_path: Path) -> None:
     path = tmp_path / "runs.jsonl"
     lines = [json.dumps({"messages": openai_loop(6)}), "{broken", json.dumps({"messages": 7})]
     path.write_text("\n".join(lines) + "\n")
-    status, _, err = run_main("scan", str(path))
+    status, _, err = run_cli("scan", str(path))
     assert status == 1 + 4
     assert "line 2" in err
     assert "line 3" in err
@@ -152,7 +139,7 @@ def test_a_sqlite_file_that_is_not_a_checkpoint_database(
     command: str, not_checkpoints: Path, tmp_path: Path
 ) -> None:
     extra = ["-o", str(tmp_path / "r.html")] if command == "report" else []
-    status, _, err = run_main(command, str(not_checkpoints), *extra)
+    status, _, err = run_cli(command, str(not_checkpoints), *extra)
     assert status == 2
     line = one_line(err)
     assert str(not_checkpoints) in line
@@ -174,7 +161,7 @@ def test_an_unreadable_source_is_one_line_and_status_2(
     elif case == "not a conversation":
         source.write_text('{"answer": 42}')
     extra = ["--json", str(tmp_path / "r.json")] if command == "report" else []
-    status, _, err = run_main(command, str(source), *extra)
+    status, _, err = run_cli(command, str(source), *extra)
     assert status == 2
     assert str(source) in one_line(err)
 
@@ -185,21 +172,21 @@ def test_a_file_without_permission(command: str, tmp_path: Path) -> None:
     path = write(tmp_path / "secret.json", openai_healthy())
     path.chmod(0)
     extra = ["--json", str(tmp_path / "r.json")] if command == "report" else []
-    status, _, err = run_main(command, str(path), *extra)
+    status, _, err = run_cli(command, str(path), *extra)
     assert status == 2
     assert "Permission denied" in one_line(err)
 
 
 def test_a_report_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     path = write(tmp_path / "run.json", openai_healthy())
-    status, _, err = run_main("report", str(path), "-o", str(tmp_path / "no" / "r.html"))
+    status, _, err = run_cli("report", str(path), "-o", str(tmp_path / "no" / "r.html"))
     assert status == 2
     assert "r.html" in one_line(err)
 
 
 def test_a_readable_and_an_unreadable_source_add_up(corrupt_fleet: Path, tmp_path: Path) -> None:
     """Each kind of trouble has its own bit: 1 + 2 + 4."""
-    status, _, _ = run_main("scan", str(corrupt_fleet), str(tmp_path / "missing.json"))
+    status, _, _ = run_cli("scan", str(corrupt_fleet), str(tmp_path / "missing.json"))
     assert status == 7
 
 
@@ -223,7 +210,7 @@ def test_a_provider_that_fails_mid_run_is_one_line_naming_it(
         return ScriptedChatModel(script=refuse)
 
     monkeypatch.setattr(langchain.chat_models, "init_chat_model", init_chat_model)
-    status, _, err = run_main("demo", "--model", "anthropic:claude-test")
+    status, _, err = run_cli("demo", "--model", "anthropic:claude-test")
     assert status == 2
     line = one_line(err)
     assert "anthropic:claude-test" in line
@@ -250,14 +237,14 @@ def test_a_bug_while_scanning_is_one_line_with_a_hint(
     monkeypatch.setattr(loop_guard.scan, "scan_conversation", broken)
     monkeypatch.delenv("LOOP_GUARD_DEBUG", raising=False)
     path = write(tmp_path / "run.json", openai_loop(6))
-    status, _, err = run_main("scan", str(path))
+    status, _, err = run_cli("scan", str(path))
     assert status == 70
     line = one_line(err)
     assert "KeyError: 'call-3'" in line
     assert "LOOP_GUARD_DEBUG=1" in line
     monkeypatch.setenv("LOOP_GUARD_DEBUG", "1")
     with pytest.raises(KeyError):
-        run_main("scan", str(path))
+        run_cli("scan", str(path))
 
 
 # --- as a real process ------------------------------------------------------------------------

@@ -8,11 +8,9 @@ agree on how many conversations there were.
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import sqlite3
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from loop_guard.cli import main
 from tests.scan.test_scan import openai_loop
+from tests.support.cli import run_cli
 from tests.support.fleet import sqlite_fleet
 
 FUZZ = settings(
@@ -38,17 +36,6 @@ SCAN_STATUSES = {0, 1, 2, 3, 4, 5}
 REPORT_STATUSES = {0, 2, 4}
 
 
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    original = (sys.stdout, sys.stderr)
-    sys.stdout, sys.stderr = out, err
-    try:
-        status = main(list(argv))
-    finally:
-        sys.stdout, sys.stderr = original
-    return status, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture(autouse=True)
 def bugs_raise(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug in loop-guard raises with its traceback, for the test to show."""
@@ -57,13 +44,13 @@ def bugs_raise(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def check(source: Path) -> None:
     """Scan and report `source`: the statuses, the lines on stderr, and the same count."""
-    status, out, err = run("scan", "--json", str(source))
+    status, out, err = run_cli("scan", "--json", str(source))
     assert status in SCAN_STATUSES, err
     lines = err.splitlines()
     assert all(line.startswith(f"loop-guard scan: {source}: ") for line in lines), err
     assert bool(lines) == bool(status & 6), err  # trouble, and only trouble, is named
     scanned = len(json.loads(out))
-    status_report, out, err = run("report", str(source), "--json", "-", "--jobs", "1")
+    status_report, out, err = run_cli("report", str(source), "--json", "-", "--jobs", "1")
     assert status_report in REPORT_STATUSES, err
     assert status_report == status & 6, err
     assert all(line.startswith(f"loop-guard report: {source}: ") for line in err.splitlines())

@@ -21,6 +21,7 @@ from loop_guard.cli import main
 from loop_guard.scan import Conversation, load, run_scan, scan_conversation
 from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support.agents import ToolRuns, ask, make_tools
+from tests.support.cli import run_cli
 
 
 def openai_call(n: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -64,16 +65,7 @@ def write(path: Path, data: Any) -> Path:
 
 
 def scan(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    from loop_guard import cli
-
-    original = (sys.stdout, sys.stderr)
-    sys.stdout, sys.stderr = out, err
-    try:
-        status = cli.main(["scan", *args])
-    finally:
-        sys.stdout, sys.stderr = original
-    return status, out.getvalue(), err.getvalue()
+    return run_cli("scan", *args)
 
 
 def test_a_recorded_loop_is_reported_with_call_indices(tmp_path: Path) -> None:

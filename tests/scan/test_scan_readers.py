@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import email.parser
-import io
 import json
 import os
 import pickle
@@ -34,10 +33,10 @@ from packaging.version import Version
 
 import loop_guard.scan
 from loop_guard import LoopGuardConfig, ToolPolicy
-from loop_guard.cli import main
 from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support import ROOT
 from tests.support.agents import ToolRuns, ask, make_tools
+from tests.support.cli import run_cli
 
 FIELDS = dataclasses.fields(LoopGuardConfig)
 DEFAULTS = LoopGuardConfig()
@@ -45,14 +44,7 @@ DEFAULTS = LoopGuardConfig()
 
 def scan(*args: str) -> tuple[int, str, str]:
     """`loop-guard scan ARGS` in this process: (status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    original = (sys.stdout, sys.stderr)
-    sys.stdout, sys.stderr = out, err
-    try:
-        status = main(["scan", *args])
-    finally:
-        sys.stdout, sys.stderr = original
-    return status, out.getvalue(), err.getvalue()
+    return run_cli("scan", *args)
 
 
 def run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120):

@@ -4,10 +4,8 @@ refused under a window; a bad time is an argparse error."""
 
 from __future__ import annotations
 
-import io
 import json
 import sqlite3
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -19,25 +17,11 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
 
-from loop_guard.cli import main
 from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support.agents import ToolRuns, ask, make_tools
+from tests.support.cli import run_cli
 
 OLD = "2025-01-06T10:00:00+00:00"  # the time the "old" thread last changed
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    """`loop-guard ARGS` in this process: (status, stdout, stderr); argparse's exits too."""
-    out, err = io.StringIO(), io.StringIO()
-    original = (sys.stdout, sys.stderr)
-    sys.stdout, sys.stderr = out, err
-    try:
-        status = main(list(args))
-    except SystemExit as exit_:
-        status = int(exit_.code or 0)
-    finally:
-        sys.stdout, sys.stderr = original
-    return status, out.getvalue(), err.getvalue()
 
 
 def restamp(saver: SqliteSaver, thread: str, ts: str) -> None:
@@ -67,7 +51,7 @@ def database(tmp_path: Path) -> Path:
 
 
 def scanned(*args: str) -> list[str]:
-    status, out, err = run("scan", "--json", *args)
+    status, out, err = run_cli("scan", "--json", *args)
     assert status in (0, 1), err
     return [report["conversation"] for report in json.loads(out)]
 
@@ -94,7 +78,7 @@ def test_a_conversation_file_under_a_window_is_refused_not_read_whole(
 ) -> None:
     recorded = tmp_path / "run.json"
     recorded.write_text(json.dumps([{"role": "user", "content": "hello"}]))
-    status, out, err = run("scan", "--json", "--since", "2025-06-01", str(recorded),
+    status, out, err = run_cli("scan", "--json", "--since", "2025-06-01", str(recorded),
                            str(database))  # fmt: skip
     assert status == 3  # the recent thread loops; the file could not be read in the window
     assert [r["conversation"] for r in json.loads(out)] == ["agent.sqlite:recent"]
@@ -115,7 +99,7 @@ def test_a_conversation_file_under_a_window_is_refused_not_read_whole(
 def test_a_bad_time_is_a_usage_error(
     database: Path, command: str, args: list[str], says: str
 ) -> None:
-    status, out, err = run(command, str(database), *args)
+    status, out, err = run_cli(command, str(database), *args)
     assert status == 2
     assert says in err
     assert "Traceback" not in err
@@ -127,7 +111,7 @@ def test_a_report_counts_the_threads_of_its_window_and_says_which(
 ) -> None:
     page = tmp_path / "report.html"
     window = ["--since", "2025-01-01", "--until", "2025-02-01T00:00"]
-    status, out, err = run("report", str(database), *window, "--json", "-", "-o", str(page))
+    status, out, err = run_cli("report", str(database), *window, "--json", "-", "-o", str(page))
     assert status == 0, err
     numbers: dict[str, Any] = json.loads(out)
     assert numbers["threads"] == 1
