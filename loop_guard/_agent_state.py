@@ -57,14 +57,13 @@ def session_of(guard: LoopGuard, state: Mapping[str, Any], runtime: object) -> S
     could checkpoint a reply before deciding it (human approval listed after the guard, a
     pause after the model): such a reply is decided here, so that its calls count.
     """
-    messages = messages_of(state)
     session = guard.session(
         conversation_of(state, runtime),
         state.get("loop_guard") or {},  # `{}`: still the caller's state to keep, fresh
-        call_keys=lambda: call_keys(messages),
+        call_keys=lambda: call_keys(messages_of(state)),
     )
     if session.migrated:
-        reply, _ = last_batch(messages)
+        reply, _ = last_batch(messages_of(state))
         if reply is not None and reply.tool_calls and not session.checked(keys_of(reply)):
             session.check_batch(calls_of(reply), tokens_of(reply))
     return session

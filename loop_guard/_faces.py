@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
@@ -34,13 +34,13 @@ def attach_sinks(guard: LoopGuard) -> None:
 
 def verdicts_of(
     session: Session, reply: AIMessage, answers: Sequence[ToolMessage]
-) -> list[tuple[Call, Proceed | Block | Stop, ToolMessage | None]]:
+) -> Iterator[tuple[Call, Proceed | Block | Stop, ToolMessage | None]]:
     """The reply decision every face shares: each call of `reply`, in the model's order,
     with the verdict the session gives it (`Session.check_batch`, which gives a call
     decided before the same verdict again) and its answer among `answers`, if any."""
     calls = calls_of(reply)
     verdicts = session.check_batch(calls, tokens_of(reply))
-    return list(zip(calls, verdicts, answers_to(calls, answers), strict=True))
+    return zip(calls, verdicts, answers_to(calls, answers), strict=True)
 
 
 def final_answer_failed(error: BaseException) -> None:

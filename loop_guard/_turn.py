@@ -97,6 +97,7 @@ class Turn(Generic[ResponseT]):
         self.exit_behavior = exit_behavior
         self.judge_every = judge_every
         self.session = session_of(guard, request.state, request.runtime)
+        self.history = messages_of(request.state)  # the history before this turn
         self._start = self.session.state  # the state read: changed when it is not this one
         self.tools = tool_names(request.tools)  # the tools that exist: others are missing
         self.mode = Mode.CALLING
@@ -124,7 +125,9 @@ class Turn(Generic[ResponseT]):
 
     def next_request(self) -> ModelRequest[Any] | None:
         """The model request to send now (a due steer added), or `None` when done."""
-        match self.mode:
+        match self.mode:  # in the order a healthy step meets them: done, then calling
+            case Mode.DONE:
+                return None
             case Mode.CALLING:
                 if self._stopped_before():
                     return self.next_request()
@@ -134,8 +137,6 @@ class Turn(Generic[ResponseT]):
             case Mode.FINAL_ANSWER:
                 self.mode = Mode.DONE
                 return self._final_request()
-            case Mode.DONE:
-                return None
 
     def take(self, response: ModelResponse[ResponseT]) -> None:
         """Decide the model's reply (see the module's theory of operation)."""
@@ -239,7 +240,7 @@ class Turn(Generic[ResponseT]):
         try:
             if not self.session.judge_due(self.judge_every):
                 return None  # the common case
-            return judge_messages(messages_of(self.request.state))
+            return judge_messages(self.history)
         except Exception as error:  # a fault of the guard: no judgment this turn
             self.guard.report_fault(self.session.conversation, error)
             return None
@@ -315,7 +316,7 @@ class Turn(Generic[ResponseT]):
             return False
         self.mode = Mode.DONE
         self.ending = [AIMessage(content=stop.message, name=_messages.GUARD_NAME)]
-        _, answers = last_batch(messages_of(self.request.state))
+        _, answers = last_batch(self.history)
         if any(answer.response_metadata.get("loop_guard_end") == "answer" for answer in answers):
             self._ask_final_answer()
         return True
@@ -459,7 +460,7 @@ class Turn(Generic[ResponseT]):
         decided, once even when a middleware around this one runs the model call again
         (a retry, a fallback model)."""
         # Once the turn has a reply, its messages stand for the history (see the class).
-        messages = self.added if self.response is not None else messages_of(self.request.state)
+        messages = self.added if self.response is not None else self.history
         try:
             decided = decide(messages)
         except Exception as error:  # a fault of the guard: the agent goes on unguarded

@@ -166,7 +166,7 @@ class LoopGuardNode:
         # saw - an unknown tool, an unwrapped tool - are judged now, after the fact: a
         # blocked one keeps its place but its result is withheld.
         decided = (
-            verdicts_of(session, ai_message, answers)
+            list(verdicts_of(session, ai_message, answers))
             if ai_message is not None and ai_message.tool_calls
             else []
         )
