@@ -6,41 +6,57 @@ agents; a single agent's thread says nothing of agents. Only the chat models are
 
 from __future__ import annotations
 
+import contextlib
 import html as html_module
 import json
 import re
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
 from langgraph_swarm import create_handoff_tool, create_swarm
 
-from loop_guard.testing import ScriptedChatModel, stubborn
+from loop_guard.testing import (
+    Script,
+    ScriptedChatModel,
+    sequence,
+    stubborn,
+    tool_calls_message,
+)
 from tests.support.agents import ToolRuns, ask, make_tools
 from tests.support.browser import ReportPage, artifacts, chromium, need_chromium
 from tests.support.cli import run_cli
 
 
-def record_ping_pong(database: Path, thread: str = "ping-pong") -> None:
-    """Alice and bob, unguarded, hand the task to each other until the recursion limit."""
+def record_swarm(
+    database: Path, thread: str, alice: Script, bob: Script, *, recursion_limit: int = 40
+) -> None:
+    """A swarm of alice and bob, unguarded, each with a handoff to the other and the file
+    tools, run until it ends or reaches the recursion limit."""
+    tools = make_tools(ToolRuns())
 
-    def agent(name: str, other: str) -> Any:
-        model = ScriptedChatModel(script=stubborn((f"transfer_to_{other}", {})))
-        return create_agent(model, [create_handoff_tool(agent_name=other)], name=name)
+    def agent(name: str, other: str, script: Script) -> Any:
+        handoff = create_handoff_tool(agent_name=other)
+        return create_agent(ScriptedChatModel(script=script), [handoff, *tools], name=name)
 
     saver = SqliteSaver(sqlite3.connect(database, check_same_thread=False))
-    swarm = create_swarm(
-        [agent("alice", "bob"), agent("bob", "alice")], default_active_agent="alice"
-    )
-    app = swarm.compile(checkpointer=saver)
-    config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 40}
-    with pytest.raises(GraphRecursionError):
+    agents = [agent("alice", "bob", alice), agent("bob", "alice", bob)]
+    app = create_swarm(agents, default_active_agent="alice").compile(checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": recursion_limit}
+    with contextlib.suppress(GraphRecursionError):  # an unguarded loop runs to the limit
         app.invoke({"messages": [HumanMessage("Plan a trip")]}, config)
+
+
+def record_ping_pong(database: Path, thread: str = "ping-pong", recursion_limit: int = 40) -> None:
+    """Alice and bob hand the task to each other, whatever they are told."""
+    alice, bob = stubborn(("transfer_to_bob", {})), stubborn(("transfer_to_alice", {}))
+    record_swarm(database, thread, alice, bob, recursion_limit=recursion_limit)
 
 
 def record_single_agent(database: Path, thread: str = "alone") -> None:
@@ -82,6 +98,39 @@ def test_a_handoff_ping_pong_is_a_loop_between_agents(swarm_db: Path) -> None:
     assert "swarm.sqlite:ping-pong  loop between alice, bob" in text
     assert re.search(r"steer \(cycle\) +transfer_to_alice \{\}  by bob", text)
     assert re.search(r"block \(cycle\) +transfer_to_bob \{\}  by alice", text)
+
+
+def test_a_loop_only_steered_is_between_the_agents_whose_calls_it_repeats(
+    tmp_path: Path,
+) -> None:
+    """Recorded only until the steer (bob's call): the cycle it is about began with alice's
+    call, so the loop is between alice and bob."""
+    database = tmp_path / "swarm.sqlite"
+    record_ping_pong(database, recursion_limit=8)
+    _, out, _ = run_cli("scan", "--json", str(database))
+    [report] = json.loads(out)
+    [steer] = report["findings"]
+    assert (steer["kind"], steer["agent"], steer["agents"]) == ("steer", "bob", ["alice", "bob"])
+
+
+def test_one_agent_looping_alone_in_a_swarm_is_no_loop_between_agents(tmp_path: Path) -> None:
+    """Alice hands the task to bob, who reads the same file 8 times, then hands it back, and
+    alice answers: bob's loop."""
+
+    def bob(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        call = ("read_file", {"path": "notes.md"}) if index < 8 else ("transfer_to_alice", {})
+        return tool_calls_message(call)
+
+    database = tmp_path / "swarm.sqlite"
+    record_swarm(database, "bob-alone", sequence([("transfer_to_bob", {})]), bob)
+    status, out, _ = run_cli("scan", "--json", str(database))
+    assert status == 1
+    [report] = json.loads(out)
+    assert report["findings"]
+    assert {finding["agent"] for finding in report["findings"]} == {"bob"}
+    assert not [finding for finding in report["findings"] if "agents" in finding]
+    _, text, _ = run_cli("scan", str(database))
+    assert "between" not in text
 
 
 def test_a_single_agents_thread_says_nothing_of_agents(tmp_path: Path) -> None:
