@@ -38,6 +38,7 @@ _VALUES = 64  # room right of the longest bar for its value
 _PAIR_VALUES = 180  # room right of a pair's longer bar for its value and series name
 _CLIP = 40  # characters of a bar's label that fit above it
 _STRIP = 720  # of a timeline's drawing
+_AGENT_TONES = 4  # the tones a timeline tells agents apart by (then they repeat)
 
 _STYLE = """
 :root {
@@ -46,6 +47,7 @@ _STYLE = """
   --track: #e5e7eb; --tick: #6b7280; --plain: #2563eb; --clean: #6b7280;
   --steer: #b45309; --block: #dc2626; --stop: #7f1d1d; --stop-edge: #7f1d1d;
   --spent: #2563eb; --saved: #15803d; --other: #7c3aed;
+  --agent-0: #0e7490; --agent-1: #a21caf; --agent-2: #4d7c0f; --agent-3: #c2410c;
 }
 @media (prefers-color-scheme: dark) {
   :root {
@@ -53,6 +55,7 @@ _STYLE = """
     --track: #273244; --tick: #9ca3af; --plain: #60a5fa; --clean: #9ca3af;
     --steer: #fbbf24; --block: #f87171; --stop: #b91c1c; --stop-edge: #fecaca;
     --spent: #60a5fa; --saved: #4ade80; --other: #c4b5fd;
+    --agent-0: #22d3ee; --agent-1: #f0abfc; --agent-2: #a3e635; --agent-3: #fdba74;
   }
 }
 * { box-sizing: border-box; }
@@ -107,6 +110,14 @@ svg .stop { fill: var(--stop); stroke: var(--stop-edge); stroke-width: 1.5; }
 svg .spent { fill: var(--spent); }
 svg .saved { fill: var(--saved); }
 svg .other { fill: var(--other); }
+svg .ticks.agent-0 { stroke: var(--agent-0); }
+svg .ticks.agent-1 { stroke: var(--agent-1); }
+svg .ticks.agent-2 { stroke: var(--agent-2); }
+svg .ticks.agent-3 { stroke: var(--agent-3); }
+svg .swatch.agent-0 { fill: var(--agent-0); }
+svg .swatch.agent-1 { fill: var(--agent-1); }
+svg .swatch.agent-2 { fill: var(--agent-2); }
+svg .swatch.agent-3 { fill: var(--agent-3); }
 .scroll { overflow-x: auto; }
 table {
   border-collapse: collapse; width: 100%; font-size: .9rem; font-variant-numeric: tabular-nums;
@@ -187,7 +198,7 @@ def render_page(report: Mapping[str, Any]) -> str:
         anchors = _anchors([entry["thread"] for entry in report["worst"]])
         body = [
             _headline(report),
-            _shapes(report["shapes"]),
+            _shapes(report["shapes"], report["between_agents"]),
             _tools(report["tools"]),
             _cost(report["cost"]),
             _loop_lengths(report["loop_lengths"]),
@@ -310,7 +321,7 @@ def _tokens(tokens: int | None, written: Callable[[int], str]) -> str:
     return f"tokens {_NOT_REPORTED}" if tokens is None else f"{written(tokens)} tokens"
 
 
-def _shapes(shapes: Mapping[str, int]) -> str:
+def _shapes(shapes: Mapping[str, int], between_agents: int) -> str:
     if not any(shapes.values()):
         return _section("shapes", "Loop shapes", _NONE)
     ranked = sorted(shapes.items(), key=lambda item: -item[1])
@@ -327,7 +338,13 @@ def _shapes(shapes: Mapping[str, int]) -> str:
         ("Shape", "Threads"),
         [(f"<code>{_esc(name)}</code>", _count(count)) for name, count in ranked],
     )
-    return _section("shapes", "Loop shapes", chart + _details(table))
+    between = (
+        f"<p>Threads with a loop between agents (the calls of more than one agent):"
+        f" {_count(between_agents)}.</p>"
+        if between_agents
+        else ""
+    )
+    return _section("shapes", "Loop shapes", chart + between + _details(table))
 
 
 def _tools(tools: Sequence[Mapping[str, Any]]) -> str:
@@ -437,7 +454,17 @@ def _thread_row(entry: Mapping[str, Any], anchor: str, longest: int) -> str:
     def x(call: int) -> float:
         return 12 + (call - 0.5) * step
 
-    ticks = "".join(f"M{x(call):.1f} 22v12" for call in range(1, calls + 1))
+    runs: Sequence[Mapping[str, Any]] = entry["agents"]
+    tones = _agent_tones(runs)
+    tone_of = dict.fromkeys(range(1, calls + 1), "ticks")  # a call no agent named: plain
+    for run in runs:
+        tone_of.update(
+            dict.fromkeys(range(run["first"], run["last"] + 1), f"ticks {tones[run['agent']]}")
+        )
+    paths: dict[str, str] = {}
+    for call, tone in tone_of.items():
+        paths[tone] = paths.get(tone, "") + f"M{x(call):.1f} 22v12"
+    ticks = "".join(f'<path class="{tone}" d="{d}"/>' for tone, d in paths.items())
     drawn = sorted(
         (event for event in events if event["kind"] in _SEVERITY),
         key=lambda event: _SEVERITY[event["kind"]],
@@ -462,34 +489,77 @@ def _thread_row(entry: Mapping[str, Any], anchor: str, longest: int) -> str:
         "timeline",
         f"timeline-{anchor}",
         f"Tool calls of thread {thread}",
-        f"{_count(calls)} tool calls. {summary}.",
+        f"{_count(calls)} tool calls. {summary}.{_calls_by_agent(runs)}",
         (_STRIP, 62),
-        f'<path class="ticks" d="{ticks}"/>{axis}{markers}',
+        f"{ticks}{axis}{markers}",
         wide=True,
     )
     meta = (
         f"{_count(calls)} tool calls · spent {_count(entry['model_calls'])} model calls,"
         f" {_tokens(entry['tokens'], _count)}"
     )
+    by_agent = any(event["agent"] is not None for event in events)
     table = _table(
         f"Guard events of thread <code>{_esc(thread)}</code>",
-        ("Call", "Event", "Tool", "Reason"),
+        ("Call", "Event", "Tool", "Reason", *(("Agent",) if by_agent else ())),
         [
             (
                 _count(event["call"]),
                 _esc(event["kind"]),
                 f"<code>{_esc(event['tool'])}</code>",
                 _esc(event["reason"] or "—"),
+                *((_esc(event["agent"] or "—"),) if by_agent else ()),
             )
             for event in events
         ],
         numeric=(0,),
     )
     listed = _details(table, f"{len(events)} guard events") if events else ""
+    agents = "".join(
+        f'<li><svg width="14" height="14" viewBox="0 0 14 14" aria-hidden="true">'
+        f'<rect class="swatch {tone}" x="1" y="1" width="12" height="12" rx="2"/></svg>'
+        f"<code>{_esc(agent)}</code></li>"
+        for agent, tone in tones.items()
+    )
+    if agents:
+        agents = f'<ul class="legend" aria-label="Calls by agent">{agents}</ul>'
     return (
         f'<li id="{anchor}"><h3><code>{_esc(thread)}</code></h3><p class="meta">{meta}</p>'
-        f"{strip}{listed}</li>"
+        f"{agents}{strip}{listed}</li>"
     )
+
+
+def _agent_tones(runs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The tone of each agent of a timeline (its CSS class), in the order they first called.
+
+    Examples:
+        >>> _agent_tones([{"agent": "alice"}, {"agent": "bob"}, {"agent": "alice"}])
+        {'alice': 'agent-0', 'bob': 'agent-1'}
+    """
+    tones: dict[str, str] = {}
+    for run in runs:
+        tones.setdefault(run["agent"], f"agent-{len(tones) % _AGENT_TONES}")
+    return tones
+
+
+def _calls_by_agent(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Which calls each agent made, in words (the timeline's tones, for those who cannot
+    see them); empty when no agent is named.
+
+    Examples:
+        >>> runs = [{"agent": "a", "first": 1, "last": 2}, {"agent": "b", "first": 3, "last": 3}]
+        >>> _calls_by_agent(runs)
+        ' Calls by agent: a 1-2; b 3.'
+    """
+    spans: dict[str, list[str]] = {}
+    for run in runs:
+        first, last = run["first"], run["last"]
+        spans.setdefault(run["agent"], []).append(
+            str(first) if first == last else f"{first}-{last}"
+        )
+    if not spans:
+        return ""
+    return " Calls by agent: " + "; ".join(f"{a} {', '.join(s)}" for a, s in spans.items()) + "."
 
 
 def _compare(report: Mapping[str, Any], links: Mapping[str, str]) -> str:
@@ -800,7 +870,8 @@ def _outcome(outcome: str) -> str:
 def _event_text(event: Mapping[str, Any]) -> str:
     """A guard event in words: its call, what the guard did, the tool and the reason."""
     detail = event["tool"] if event["reason"] is None else f"{event['tool']}, {event['reason']}"
-    return f"call {event['call']}: {event['kind']} ({detail})"
+    by = "" if event["agent"] is None else f" by {event['agent']}"
+    return f"call {event['call']}: {event['kind']} ({detail}){by}"
 
 
 def _esc(text: object) -> str:

@@ -76,6 +76,7 @@ class _Thread:
     cost: LoopCost
     tokens_reported: bool
     events: list[dict[str, Any]]
+    agents: list[dict[str, Any]]  # the runs of calls of one agent (`_runs_of`)
 
     @property
     def rank(self) -> tuple[int, int, str]:
@@ -89,6 +90,7 @@ class _Tally:
     worst_kept: int
     threads: int = 0
     usage_threads: int = 0  # whose model reported its token usage
+    between_agents: int = 0  # threads with a loop between agents
     outcomes: Counter[str] = field(default_factory=Counter)
     shapes: Counter[str] = field(default_factory=Counter)
     tools: dict[str, Counter[str]] = field(default_factory=dict)
@@ -105,6 +107,7 @@ class _Tally:
         self.cost += report.cost
         if outcome == "clean":
             return outcome
+        self.between_agents += bool(report.between_agents())
         kinds_by_tool: dict[str, Counter[str]] = {}
         for finding in report.findings:
             kinds_by_tool.setdefault(finding.event.tool, Counter())[finding.event.kind] += 1
@@ -124,7 +127,7 @@ class _Tally:
             self.lengths[_length_of(spent)] += 1
         self._keep(
             _Thread(report.name, report.calls, report.cost, report.tokens_reported,
-                    _events_of(report))
+                    _events_of(report), _runs_of(report.callers))
         )  # fmt: skip
         return outcome
 
@@ -132,6 +135,7 @@ class _Tally:
         """Add another tally of the same configuration."""
         self.threads += other.threads
         self.usage_threads += other.usage_threads
+        self.between_agents += other.between_agents
         self.outcomes.update(other.outcomes)
         self.shapes.update(other.shapes)
         for tool, counts in other.tools.items():
@@ -162,6 +166,7 @@ class _Tally:
                 "clean": self.outcomes["clean"],
             },
             "shapes": {shape: self.shapes[shape] for shape in _SHAPES},
+            "between_agents": self.between_agents,
             "tools": [
                 {
                     "tool": tool,
@@ -180,6 +185,7 @@ class _Tally:
                     "model_calls": thread.cost.model_calls,
                     "tokens": thread.cost.tokens if thread.tokens_reported else None,
                     "events": thread.events,
+                    "agents": thread.agents,
                 }
                 for _, thread in sorted(self.worst, reverse=True)
             ],
@@ -440,9 +446,27 @@ def _events_of(report: Report) -> list[dict[str, Any]]:
             "kind": f.event.kind,
             "tool": f.event.tool,
             "reason": f.event.reason,
+            "agent": f.agent,
         }
         for f in report.findings
     ]
+
+
+def _runs_of(callers: Sequence[str | None]) -> list[dict[str, Any]]:
+    """The calls of a thread by agent, as runs of calls one agent made in a row; none when
+    no call names its agent.
+
+    Examples:
+        >>> _runs_of(["alice", "alice", "bob"])
+        [{'agent': 'alice', 'first': 1, 'last': 2}, {'agent': 'bob', 'first': 3, 'last': 3}]
+    """
+    runs: list[dict[str, Any]] = []
+    for call, agent in enumerate(callers, start=1):
+        if runs and runs[-1]["agent"] == agent and runs[-1]["last"] == call - 1:
+            runs[-1]["last"] = call
+        elif agent is not None:
+            runs.append({"agent": agent, "first": call, "last": call})
+    return runs
 
 
 def run_report(

@@ -21,7 +21,7 @@ from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import Engine
 from loop_guard._events import GuardEvent, event_kinds
 from loop_guard._history import is_user_message, replay
-from loop_guard._langchain import keys_of, tokens_of
+from loop_guard._langchain import calls_of, keys_of, tokens_of
 from loop_guard._messages import GUARD_NAME, REPLY
 from loop_guard._readers import (
     CHECKPOINT_FLOOR,
@@ -82,10 +82,27 @@ def exit_status(looped: bool, readings: Iterable[Reading]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One decision the guard would have made, at a 1-based tool call index."""
+    """One decision the guard would have made, at a 1-based tool call index.
+
+    `agent`: the agent that made the call (the name its model response carries, as
+    `create_agent(..., name=...)` sets it; `None` when the response has none). `agents`:
+    when the loop the decision is part of holds the calls of more than one agent, their
+    names, sorted (a loop between agents); else empty.
+    """
 
     call_index: int
     event: GuardEvent
+    agent: str | None = None
+    agents: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe finding: the agent fields only when there are agents."""
+        found = {"call": self.call_index, **_without_conversation(dataclasses.asdict(self.event))}
+        if self.agent is not None:
+            found["agent"] = self.agent
+        if self.agents:
+            found["agents"] = list(self.agents)
+        return found
 
 
 @dataclass(slots=True)
@@ -94,11 +111,13 @@ class Report:
     (`LoopCost`: what the guard would have saved is measured on the recording).
 
     `tokens_reported`: whether the model reported its token usage (`usage_metadata`) on any
-    reply; when it did not, the cost's tokens are unknown, not zero.
+    reply; when it did not, the cost's tokens are unknown, not zero. `callers`: the agent
+    that made each call, in order (see `Finding.agent`); empty when no response names one.
     """
 
     name: str
     calls: int = 0
+    callers: list[str | None] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     cost: LoopCost = NO_COST
     tokens_reported: bool = False
@@ -119,11 +138,16 @@ class Report:
             "first_block": None if block is None else block.call_index,
             "stop": stopped,
             "cost": cost_json(self.cost, tokens_reported=self.tokens_reported),
-            "findings": [
-                {"call": f.call_index, **_without_conversation(dataclasses.asdict(f.event))}
-                for f in self.findings
-            ],
+            "findings": [finding.to_json() for finding in self.findings],
         }
+
+    def between_agents(self) -> list[tuple[str, ...]]:
+        """The agents of the loops between agents, each set once, in the order they came."""
+        loops: list[tuple[str, ...]] = []
+        for finding in self.findings:
+            if finding.agents and finding.agents not in loops:
+                loops.append(finding.agents)
+        return loops
 
 
 def cost_json(cost: LoopCost, *, tokens_reported: bool) -> dict[str, int | None]:
@@ -159,18 +183,24 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
         else message
         for n, message in enumerate(conversation.messages)
     ]
-    # Each call by its number; a reply that repeated its text by the calls before it.
+    # Each call by its number and its agent; a reply that repeated its text by the calls
+    # before it.
     index_of: dict[str, int] = {}
-    calls = 0
+    agent_of: dict[str, str | None] = {}
     for message in messages:
         if isinstance(message, AIMessage):
-            index_of[f"{REPLY}#{message.id}"] = calls
+            index_of[f"{REPLY}#{message.id}"] = len(report.callers)
+            agent_of[f"{REPLY}#{message.id}"] = message.name
             for key in keys_of(message):
-                calls += 1
-                index_of[key] = calls
-    report.calls = calls
+                report.callers.append(message.name)
+                index_of[key] = len(report.callers)
+                agent_of[key] = message.name
+    report.calls = len(report.callers)
+    if not any(report.callers):
+        report.callers.clear()
 
     stopped_by: list[str] = []  # the key of the call whose batch stopped the request
+    decided: list[Call] = []  # the calls the request's findings are about
 
     def observe(call: Call, decisions: Sequence[Decision]) -> None:
         for decision in decisions:
@@ -179,16 +209,48 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
             elif not isinstance(decision, Proceed):
                 if isinstance(decision, Stop):
                     stopped_by.append(call.key)
+                decided.append(call)
                 event = GuardEvent.of(conversation.name, decision)
-                report.findings.append(Finding(index_of.get(call.key, 0), event))
+                found = Finding(index_of.get(call.key, 0), event, agent_of.get(call.key))
+                report.findings.append(found)
 
     state = None  # the recent steps outlive each request
     for request in _requests(messages):
         stopped_by.clear()
+        decided.clear()
+        first = len(report.findings)
         state = replay(engine, None, request, observe, before=state)
         if stopped_by:
             report.cost += _after_stop(request, stopped_by[0])
+        agents = _loop_agents(request, decided, report.findings[first:])
+        if len(agents) > 1:
+            report.findings[first:] = [
+                dataclasses.replace(found, agents=agents) for found in report.findings[first:]
+            ]
     return report
+
+
+def _loop_agents(
+    request: Sequence[BaseMessage], decided: Sequence[Call], findings: Sequence[Finding]
+) -> tuple[str, ...]:
+    """The agents of the loop the guard found in a request, sorted: those of its findings,
+    and those that made the calls from the first call like one the guard decided on (where
+    the repeating began) to the last call it decided on."""
+    if not findings:
+        return ()
+    agents = {finding.agent for finding in findings}
+    steps = [
+        (call, message.name)
+        for message in request
+        if isinstance(message, AIMessage)
+        for call in calls_of(message)
+    ]
+    keys = {call.key for call in decided}
+    start = next((n for n, (call, _) in enumerate(steps) if call in decided), None)
+    end = max((n for n, (call, _) in enumerate(steps) if call.key in keys), default=None)
+    if start is not None and end is not None:
+        agents.update(agent for _, agent in steps[start : end + 1])
+    return tuple(sorted(agent for agent in agents if agent is not None))
 
 
 def scan_each(
@@ -264,12 +326,14 @@ def print_table(reports: Sequence[Report], out: TextIO) -> None:
             print(f"tokens: {_tokens_reported(reported, len(reports), 'conversations')}", file=out)
     for report in reports:
         if report.findings:
-            print(f"\n{report.name}", file=out)
+            between = "".join(f"  loop between {', '.join(a)}" for a in report.between_agents())
+            print(f"\n{report.name}{between}", file=out)
         for f in report.findings:
             args = json.dumps(f.event.args, default=str)[:60]
             why = f"({f.event.reason})" if f.event.reason else ""
-            print(f"  call {f.call_index:>4}  {f.event.kind:<5} {why:<17} {f.event.tool} {args}",
-                  file=out)  # fmt: skip
+            by = "" if f.agent is None else f"  by {f.agent}"
+            print(f"  call {f.call_index:>4}  {f.event.kind:<5} {why:<17} {f.event.tool} {args}"
+                  f"{by}", file=out)  # fmt: skip
 
 
 def describe_cost(cost: LoopCost) -> str:

@@ -26,9 +26,9 @@ CHARTS = {"outcomes", "shapes", "tools", "cost", "loop-length", "timeline", "com
 HOSTILE = 'db.sqlite:<script>alert("x")</script>&"'
 
 EVENTS = [
-    {"call": 3, "kind": "steer", "tool": "read_file", "reason": "repeat"},
-    {"call": 5, "kind": "block", "tool": "read_file", "reason": "repeat"},
-    {"call": 7, "kind": "stop", "tool": "read_file", "reason": "abort_threshold"},
+    {"call": 3, "kind": "steer", "tool": "read_file", "reason": "repeat", "agent": None},
+    {"call": 5, "kind": "block", "tool": "read_file", "reason": "repeat", "agent": None},
+    {"call": 7, "kind": "stop", "tool": "read_file", "reason": "abort_threshold", "agent": None},
 ]
 OUTCOMES = {"steered": 40, "blocked": 25, "stopped": 12, "clean": 1180}
 COST = {
@@ -59,6 +59,7 @@ REPORT: dict[str, Any] = {
         "same_error": 4,
         "unknown_tool": 1,
     },
+    "between_agents": 1,
     "tools": [
         {"tool": "read_file", "threads": 20, "steers": 22, "blocks": 30, "stops": 8},
         {
@@ -87,6 +88,7 @@ REPORT: dict[str, Any] = {
             "model_calls": 40,
             "tokens": 120_000,
             "events": EVENTS,
+            "agents": [],
         },
         {
             "thread": HOSTILE,
@@ -94,16 +96,41 @@ REPORT: dict[str, Any] = {
             "model_calls": 22,
             "tokens": 61_000,
             "events": [
-                {"call": 4, "kind": "steer", "tool": "<i>grep</i>", "reason": "cycle"},
-                {"call": 9, "kind": "stop", "tool": "<i>grep</i>", "reason": "use_terminate"},
+                {
+                    "call": 4,
+                    "kind": "steer",
+                    "tool": "<i>grep</i>",
+                    "reason": "cycle",
+                    "agent": None,
+                },
+                {
+                    "call": 9,
+                    "kind": "stop",
+                    "tool": "<i>grep</i>",
+                    "reason": "use_terminate",
+                    "agent": None,
+                },
             ],
+            "agents": [],
         },
         {
             "thread": "db.sqlite:user-7",
             "calls": 12,
             "model_calls": 6,
             "tokens": 9_500,
-            "events": [{"call": 6, "kind": "steer", "tool": "search", "reason": "same_error"}],
+            "events": [
+                {
+                    "call": 6,
+                    "kind": "steer",
+                    "tool": "search",
+                    "reason": "same_error",
+                    "agent": "bob",
+                }
+            ],
+            "agents": [  # a handoff ping-pong: the agents take turns
+                {"agent": agent, "first": call, "last": call}
+                for call, agent in enumerate(["alice", "bob"] * 6, start=1)
+            ],
         },
     ],
     "compare": {
