@@ -97,14 +97,14 @@ def table_text(length: int) -> str:
 
 
 def newline_runs(length: int) -> str:
-    """Runs of 3,000 newlines, each short of a loop (symbols need 4,000), between lines of
+    """Runs of 900 newlines, each short of a loop (symbols need 1,000), between lines of
     prose: the detector finds the run's recurrence at every check and must rule it out."""
-    prose = healthy_text(length // 50 + 60)
+    prose = healthy_text(length // 10 + 60)  # a line of 60 per 961 characters
     parts, at, size = [], 0, 0
     while size < length:
         line = prose[at : at + 60].replace("\n", " ") + "\n"
-        parts += [line, "\n" * 3000]
-        at, size = at + 60, size + len(line) + 3000
+        parts += [line, "\n" * 900]
+        at, size = at + 60, size + len(line) + 900
     return "".join(parts)[:length]
 
 

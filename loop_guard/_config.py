@@ -195,8 +195,9 @@ class LoopGuardConfig:
             Tables, lists, code with similar lines, dividers and refrains are not
             repetitions (see Repeated text).
         repeated_text_chars: How much text must repeat back to back before a reply is
-            cut, in characters (>= 100; about 4 per token). Text of symbols only
-            (dividers, box drawing) needs four times as much.
+            cut, in characters (>= 100; about 4 per token). A short unit said ten
+            times or more needs half as much; data (a unit without a letter, text in a
+            code block) four times as much, but for many copies of symbols alone.
         tools: A `ToolPolicy` per tool name: thresholds, ignore rules, normalisers.
 
     Raises:

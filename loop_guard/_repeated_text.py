@@ -16,10 +16,18 @@ Found, the distance is the repeated unit's length, and the reply's tail is eithe
 Either is a loop once it covers `min_chars` characters, the unit having come at least three
 times (near: `_NEAR_OCCURRENCES` sentences). What looks repetitive and is not stays below
 that: a table's or a list's rows differ, code repeats a line here and there, a refrain
-comes back after a new verse, a divider is short. A unit with no letter or digit in it
-(dividers, box drawing, blank lines) needs four times as much. The work per check is
-bounded by the window it looks at (C string searches and comparisons), so watching a reply
-costs time linear in its length.
+comes back after a new verse, a divider is short. Data needs four times as much: a unit
+without a letter, or inside a code block. Two exact repetitions are runaways sooner:
+
+- a *chant*, a unit of `_CHANT_UNIT` characters or more with a letter, `_CHANT_COPIES`
+  times or more, outside a code block (or a whole line of code, in a block of a
+  programming language): half of `min_chars`;
+- *symbols*, a unit with neither letter nor digit (emoji, dashes, blank lines, an ASCII
+  art line) `_SYMBOL_COPIES` times or more: `min_chars`. A frame's sides come fewer times,
+  and digits are numbers: they keep the room of data.
+
+The work per check is bounded by the window it looks at (C string searches and
+comparisons), so watching a reply costs time linear in its length.
 """
 
 from __future__ import annotations
@@ -36,10 +44,20 @@ _RECENT = _NEEDLE + _MAX_PERIOD  # the tail a check looks at first: the needle, 
 _NEAR_OCCURRENCES = 10  # sentences that make a near-repetition, at least
 _VARIANTS = 4  # different sentences a near-repetition may have, at most
 _SYMBOLS_FACTOR = 4  # how much more text a unit of symbols only must cover
+_CHANT_UNIT = 5  # characters of a unit that makes a chant, at least
+_CHANT_COPIES = 10  # copies of it back to back, at least
+_SYMBOL_COPIES = 64  # copies of a unit of symbols that make a runaway, at least
 _LETTER = re.compile(r"[^\W\d_]")  # a letter, in any script
+_DIGIT = re.compile(r"\d")
 _WORDS = re.compile(r"[^\W\d_]+")
 _SENTENCE_WORDS = 3  # words of a sentence, at least: most pieces of a near-repetition are
 _FENCE = "```"  # opens and closes a markdown code block
+_FENCE_TAG = re.compile(r"```[ \t]*([^\s`]*)")  # a code block's opening, and its language
+# Code blocks that quote data, output or markup, where a line may well repeat verbatim.
+_DATA_TAGS = frozenset(
+    {"", "json", "jsonl", "yaml", "yml", "toml", "csv", "tsv", "xml", "html", "text", "txt",
+     "plaintext", "log", "console", "output", "shell-session", "diff", "markdown", "md"}
+)  # fmt: skip
 _ENDS = ".!?\u3002\uff01\uff1f"  # what ends a sentence, in Latin and CJK script
 # A sentence or a line, with its closing punctuation (no backtracking over blank lines).
 _PIECE = re.compile(rf"[^\n{_ENDS}]+[{_ENDS}]*")
@@ -89,7 +107,7 @@ class TextWatch:
         >>> for n in range(400):
         ...     found = found or watch.feed("Let me check again. ")
         >>> found.start, found.repeats
-        (20, 52)
+        (20, 28)
     """
 
     __slots__ = (
@@ -230,10 +248,7 @@ def _exact(text: str, period: int, min_chars: int, fences: int) -> Repetition | 
         else:
             fails = middle
     covered = holds + period
-    if covered < 3 * period:
-        return None
-    needed = _needed(text[end - period :], min_chars, _fenced(text, end - covered, fences))
-    if covered < needed:
+    if covered < 3 * period or covered < _needed(text, period, covered, min_chars, fences):
         return None
     start = end - covered + period
     return Repetition(_boundary(text, start, period), period, covered // period)
@@ -280,16 +295,38 @@ def _near(text: str, min_chars: int, fences: int) -> Repetition | None:
     return None
 
 
-def _needed(unit: str, min_chars: int, fenced: bool) -> int:
-    """The text a repetition of `unit` must cover: more for a unit without a letter
-    (symbols, digits: dividers, matrices, dumps), and more in a code block (logs, traces
-    and data are quoted there)."""
-    return min_chars if _LETTER.search(unit) and not fenced else _SYMBOLS_FACTOR * min_chars
+def _needed(text: str, period: int, covered: int, min_chars: int, fences: int) -> int:
+    """The text that the unit of `period` characters ending `text`, back to back over
+    `covered` characters, must cover to make a loop: half of `min_chars` for a chant,
+    `min_chars` for prose and for many copies of symbols, four times as much for data (a
+    unit without a letter: dividers, matrices, dumps; anything in a code block but a line
+    of code: logs, traces and data are quoted there)."""
+    unit = text[len(text) - period :]
+    copies = covered // period
+    start = len(text) - covered
+    if not _LETTER.search(unit):
+        many_symbols = copies >= _SYMBOL_COPIES and not _DIGIT.search(unit)
+        return min_chars if many_symbols else _SYMBOLS_FACTOR * min_chars
+    fenced = _fenced(text, start, fences)
+    chant = period >= _CHANT_UNIT and copies >= _CHANT_COPIES
+    if chant and (not fenced or ("\n" in unit and _in_code(text, start))):
+        return min_chars // 2
+    return _SYMBOLS_FACTOR * min_chars if fenced else min_chars
 
 
 def _fenced(text: str, at: int, fences: int) -> bool:
     """Whether position `at` of `text` is inside a code block (`fences` before `text`)."""
     return (fences + text.count(_FENCE, 0, at)) % 2 == 1
+
+
+def _in_code(text: str, at: int) -> bool:
+    """Whether the code block position `at` of `text` is in was opened, within `text`,
+    with the name of a programming language (not of data or output)."""
+    opened = text.rfind(_FENCE, 0, at)
+    if opened < 0:
+        return False  # opened before the window: taken as data
+    tag = _FENCE_TAG.match(text, opened)
+    return tag is not None and tag.group(1).lower() not in _DATA_TAGS
 
 
 def _boundary(text: str, start: int, period: int) -> int:

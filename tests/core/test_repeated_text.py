@@ -44,9 +44,9 @@ def test_streaming_finds_what_the_whole_reply_shows(text: Text, size: int) -> No
     assert (found is None) == (whole is None)
     if found is not None and whole is not None:
         assert abs(found.start - whole.start) <= found.period + 200
-        # Stopped early: after about 1,000 characters of repetition (4,000 for symbols
-        # only), a unit and a check later, not at the end of the reply.
-        assert fed <= len(text.prefix) + 4 * 1000 + 2 * found.period + size + 64
+        # Stopped early: by the loop's `cut_by` characters of repetition, a unit and a
+        # check later, not at the end of the reply.
+        assert fed <= len(text.prefix) + text.cut_by + 2 * found.period + size + 64
         assert fed < len(text.text) or len(text.text) - len(text.prefix) < 5000
 
 
@@ -62,16 +62,39 @@ def test_the_watch_keeps_a_bounded_tail() -> None:
 
 
 def test_min_chars_sets_how_much_repetition_makes_a_loop() -> None:
-    text = "Intro. " + "Let me check the config. " * 30  # 720 characters of repetition
-    assert find_repetition(text) is None
-    found = find_repetition(text, min_chars=500)
+    text = "Intro. " + "Let me check the config. " * 30  # 750 characters of repetition
+    found = find_repetition(text)
     assert found is not None
     assert text[: found.start] == "Intro. Let me check the config."
+    assert find_repetition(text, min_chars=2000) is None
 
 
-def test_symbols_need_four_times_as_much() -> None:
-    assert find_repetition("=" * 3500) is None
-    assert find_repetition("=" * 4500) is not None
+def test_a_short_chant_is_cut_at_half_of_min_chars() -> None:
+    """A unit of five characters or more, ten times or more: half of `min_chars`."""
+    assert find_repetition("Sure. " + "again " * 80) is None  # 480 characters
+    assert find_repetition("Sure. " + "again " * 90) is not None  # 540 characters
+    assert find_repetition("Sure. " + "Let me check the config again and again. " * 9) is None
+    assert find_repetition("Sure. " + " the" * 200) is None  # a unit of four: 1,000
+    assert find_repetition("Sure. " + " the" * 260) is not None
+
+
+def test_a_line_of_code_is_a_short_chant_in_a_block_of_code_only() -> None:
+    line = "    total = total + row.amount\n" * 30  # 930 characters
+    assert find_repetition("```python\n" + line) is not None
+    for data in ("```\n", "```json\n", "```log\n", "Text first.\n```\n"):
+        assert find_repetition(data + line) is None, data
+
+
+def test_symbols_need_a_loop_of_min_chars_and_many_copies() -> None:
+    """Symbols alone, the same unit many times: `min_chars`. Fewer copies of a long line
+    (a frame's sides) and digits (numbers, matrices) need four times as much."""
+    assert find_repetition("=" * 900) is None
+    assert find_repetition("=" * 1100) is not None
+    side = "|" + " " * 58 + "|\n"  # 60 characters
+    assert find_repetition(side * 60) is None  # 3,600 characters, 60 copies
+    assert find_repetition(side * 66) is not None
+    assert find_repetition("0" * 3500) is None
+    assert find_repetition("0" * 4500) is not None
     assert find_repetition("ab " * 1200) is not None
 
 

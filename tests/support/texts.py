@@ -2,11 +2,12 @@
 must catch, and `NOT_LOOPS`, legitimate replies that merely look repetitive and must never be
 flagged.
 
-A loop runs on well past the point of detection (at least 4,000 characters of repetition, as a
-model streams until its output limit), and its `prefix` is the healthy text before the
-repetition starts. Each prefix ends on a character the repeated chunk does not end on, so the
-repetition cannot be stretched back into the prefix: a detector that keeps less than the
-prefix has cut healthy text.
+A loop runs on well past the point of detection (as a model streams until its output limit,
+at least 4,000 characters of repetition for most), its `prefix` is the healthy text before the
+repetition starts, and its `cut_by` the repetition a watch of the generation may read before
+it must have found it (give or take a unit and a check). Each prefix ends on a character the
+repeated chunk does not end on, so the repetition cannot be stretched back into the prefix: a
+detector that keeps less than the prefix has cut healthy text.
 
 Every text is deterministic: variety comes from SHA-256 digests of counters, never `random`.
 """
@@ -30,6 +31,7 @@ class Text:
     text: str  # the whole reply
     loop: bool  # True: a repeated-text loop the detector must catch
     prefix: str = ""  # for loops: the healthy text the detector must keep ("" if none)
+    cut_by: int = 4000  # for loops: characters of repetition by which it is found
 
 
 def _digest(*key: object) -> bytes:
@@ -50,8 +52,8 @@ def _chant(chunk: str, length: int) -> str:
     return (chunk * (length // len(chunk) + 1))[:length]
 
 
-def _loop(name: str, prefix: str, chunk: str, length: int) -> Text:
-    return Text(name, prefix + _chant(chunk, length), loop=True, prefix=prefix)
+def _loop(name: str, prefix: str, chunk: str, length: int, cut_by: int = 4000) -> Text:
+    return Text(name, prefix + _chant(chunk, length), loop=True, prefix=prefix, cut_by=cut_by)
 
 
 def _ok(name: str, text: str) -> Text:
@@ -255,6 +257,45 @@ LOOPS: tuple[Text, ...] = (
         "🎉 Great job! 🚀 Let's keep going! ✨ ",
         6_000,
     ),
+    # Short chants: a unit of five characters or more, ten times or more back to back, is cut
+    # within 600 characters of repetition.
+    _loop("again", "I could not reach the database, so I will try it", " again", 4_000, 600),
+    _loop(
+        "chunk_50",
+        "The import failed twice with the same error.\n\n",
+        "Retrying the import with the same settings now... ",  # 50 characters
+        4_000,
+        600,
+    ),
+    _loop(
+        "sentence_72",
+        "The cache key includes the user id, so two users never share an entry. ",
+        "I think the problem is in the cache layer, so I will look at it closer. ",
+        4_000,
+        600,
+    ),
+    _loop(
+        "chinese_short",
+        "测试仍然失败，错误信息与之前相同。\n\n",  # noqa: RUF001
+        "让我再试一次。",
+        4_000,
+        600,
+    ),
+    # A whole line of code, verbatim, in a block of a programming language.
+    _loop(
+        "fenced_statement",
+        "```python\nfor row in rows:",
+        "\n    total = total + row.amount  # add the amount of the row",
+        4_000,
+        600,
+    ),
+    # Letterless runaways: the same symbols, with no variation at all, many times over.
+    _loop("one_emoji", "All tests pass.", "😂", 3_000, 1_000),
+    _loop("party_emoji", "Deployed to production!", "🎉", 8_000, 1_000),
+    _loop("table_flip", "I give up.", "\n(╯°□°)╯︵ ┻━┻", 110 * 13, 1_000),
+    _loop("dash_blank", "Summary:", "\n\n-", 680 * 3, 1_000),
+    # Digits without a letter are data: a number pattern needs the room of data.
+    _loop("fenced_digits", "```text\n", "3141592653589", 6_000),
 )
 
 _CHECKS = ("parser", "lexer", "cache", "router", "auth", "billing", "search", "export", "queue")
@@ -521,6 +562,39 @@ _ROWS_TEMPLATE = (
     "```html\n<table>\n" + "  <tr><td></td><td></td><td></td></tr>\n" * 50 + "</table>\n```\n"
 )
 
+# Look-alikes near the short-chant and the letterless thresholds.
+_SERVICES = ("api", "worker", "scheduler", "gateway", "indexer", "mailer")
+_TABLE_30 = "| Service | Region | p95 (ms) | Errors |\n|---|---|---|---|\n" + "".join(
+    f"| {_pick(_SERVICES, 'svc', i)}-{i:02d} | eu-west-{_num(1, 3, 'region', i)} "
+    f"| {_num(20, 900, 'p95', i)} | {_num(0, 40, 'err', i)} |\n"
+    for i in range(30)
+)
+_YAML_HOSTS = "hosts:\n" + "".join(
+    f"  - name: {_pick(_SERVICES, 'host', i)}-{i:02d}.internal.example.com\n" for i in range(40)
+)
+_YAML_ENVIRONMENTS = "".join(
+    f"{env}:\n  replicas: 3\n  image: registry.example.com/shop/api:2.4.1\n"
+    f"  log_level: info\n  database: postgres://db-{env}.internal:5432/shop\n"
+    for env in ("dev", "test", "staging", "preprod", "prod", "prod-eu", "prod-us", "prod-ap")
+)
+_ROW_YOUR_BOAT = "Row, row, row your boat,\n"
+_POEM = (
+    "The harbour lights are burning low,\nthe gulls have gone to bed,\n"
+    + _ROW_YOUR_BOAT * 4
+    + "The tide is turning, slow and wide,\nthe moon is overhead.\n"
+)
+_PROGRESS = "".join(
+    f"Downloading model.bin [{'#' * (p // 5):<20}] {p:3d}% {p * 42 // 10} MB\n"
+    for p in range(0, 101, 2)
+)
+_FRAME = "\n".join(["╔" + "═" * 38 + "╗", *(["║" + " " * 38 + "║"] * 30), "╚" + "═" * 38 + "╝"])
+_PIPE_COLUMN = "".join(
+    f"| {_num(0, 9, 'cell', i, 0)} | {_num(0, 9, 'cell', i, 1)} | {_num(0, 9, 'cell', i, 2)} |\n"
+    for i in range(120)
+)
+_LINES_ASKED = "Here are your lines:\n\n" + "I will not waste chalk.\n" * 18
+_LONG_DIVIDERS = "\n\n".join(f"{_essay(f'part {n}', 300)}\n\n{'=' * 100}" for n in range(1, 6))
+
 NOT_LOOPS: tuple[Text, ...] = (
     _ok("results_table", _TABLE),
     _ok("shared_prefix_list", _SHARED_PREFIX),
@@ -561,4 +635,13 @@ NOT_LOOPS: tuple[Text, ...] = (
         "zero_matrix",
         "```python\nmatrix = [\n" + "    [0, 0, 0, 0, 0, 0, 0, 0],\n" * 8 + "]\n```\n",
     ),
+    _ok("table_30_rows", _TABLE_30),
+    _ok("yaml_hosts", _YAML_HOSTS),
+    _ok("yaml_environments", _YAML_ENVIRONMENTS),
+    _ok("poem_refrain", _POEM),
+    _ok("progress_bar", _PROGRESS),
+    _ok("box_frame", _FRAME),
+    _ok("pipe_column", _PIPE_COLUMN),
+    _ok("lines_asked", _LINES_ASKED),
+    _ok("long_dividers", _LONG_DIVIDERS),
 )
