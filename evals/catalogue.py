@@ -146,6 +146,11 @@ class Scenario:
     expect: Callable[[list[tuple[int, str, str | None]]], object]
     options: dict[str, Any] = field(default_factory=dict)
     requests: tuple[int, ...] = ()  # turns per user message; all in one by default
+    asked_again: bool = False  # every user message the same; else each one new
+
+    def question(self, request: int) -> str:
+        """The user message that begins the scenario's `request`-th request."""
+        return "request" if self.asked_again else f"request {request}"
 
 
 def events_are(*expected: tuple[int, str, str | None]) -> Callable[[Any], None]:
@@ -231,10 +236,11 @@ SCENARIOS = [
         steered_and_stopped(steer_by=5, block_by=7),
     ),
     Scenario(
-        "A17 the same call once per user turn",
+        "A17 the same call once per user turn, the same message",
         _repeat([call("read", path="a.py")], 4),
         events_are((3, "steer", "interleaved"), (4, "steer", "interleaved")),
         requests=(1, 1, 1, 1),
+        asked_again=True,
     ),
     Scenario(
         "A17 the same call once per user turn, another call between",
@@ -246,6 +252,7 @@ SCENARIOS = [
         ],
         events_are((4, "steer", "interleaved")),
         requests=(1, 2, 1),
+        asked_again=True,
     ),
     Scenario(
         "A4 volatile result, normalised (opt-in)",
@@ -465,6 +472,12 @@ SCENARIOS = [
         never_blocked(),
     ),
     Scenario(
+        "D23 the same lookup for each new question",
+        _repeat([call("read", path="a.py")], 4),
+        events_are(),
+        requests=(1, 1, 1, 1),
+    ),
+    Scenario(
         "D14 many durable mutations",
         [[call("write", path=f"req-{n}", content="t")] for n in range(10)],
         never_blocked(),
@@ -535,7 +548,7 @@ def via_middleware(
         agent = create_agent(
             model, toolbox(runs), middleware=[middleware], checkpointer=checkpointer
         )
-        payload = {"messages": [HumanMessage(f"request {n}")]}
+        payload = {"messages": [HumanMessage(scenario.question(n))]}
         if sync:
             messages = agent.invoke(payload, THREAD)["messages"]
         else:

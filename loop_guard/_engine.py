@@ -50,7 +50,7 @@ twice for the same loop.
 A new request (`start_request`) starts afresh but for two things, kept while
 interleaved repeats are detected: the changes made (edits, writes: a check repeated
 after one asks a new question) and the distinct steps each of the last few user turns
-counted (a call met in several turns is a repeat).
+counted (a call met in several turns that bring nothing new is a repeat).
 
 A transition that changes anything copies the state it was given once (`clone`); the
 private helpers and the detectors change that copy in place, so a step builds one new
@@ -174,19 +174,31 @@ class Engine:
         self.hints = {**self.hints, **hints}
         self._changing = {}
 
-    def start_request(self, previous: RequestState | None, request_id: str | None) -> RequestState:
+    def start_request(
+        self, previous: RequestState | None, request_id: str | None, question: str = ""
+    ) -> RequestState:
         """A fresh state for a new request of a conversation (see How the guard decides: reset).
 
         Everything resets except what the detectors beyond Pi look back on: the steps
         each earlier turn counted (repeats across user turns) and the changes made.
+        `question` fingerprints the user message that began the request ("" when
+        unknown): the same message as the previous request's brings nothing new.
         """
-        if previous is None or not self.config.detect_interleaved:
+        if not self.config.detect_interleaved:
             return RequestState(request_id=request_id)
+        if previous is None:
+            return RequestState(request_id=request_id, question=question)
         turns = previous.turns
         steps = _turn_steps(previous)
         if steps:  # a turn that ran no tool says nothing about repeats
             turns = (*turns, steps)[-TURNS_KEPT:]
-        return RequestState(request_id=request_id, changes=previous.changes, turns=turns)
+        return RequestState(
+            request_id=request_id,
+            changes=previous.changes,
+            turns=turns,
+            question=question,
+            asked_again=bool(question) and question == previous.question,
+        )
 
     def open_batch(self, state: RequestState, calls: Sequence[Call], tokens: int = 0) -> Transition:
         """Declare the calls of one model response, in the model's order.

@@ -71,8 +71,8 @@ class Agent:
         self.stamps += [(self.calls, e.kind, e.reason) for e in self.events[before:]]
         return [type(verdict).__name__ for verdict in verdicts]
 
-    def new_request(self, request_id: str) -> None:
-        self.session.start_request(request_id)
+    def new_request(self, request_id: str, question: str = "") -> None:
+        self.session.start_request(request_id, question)
 
 
 # Cycles -----------------------------------------------------------------------------
@@ -226,6 +226,25 @@ def test_a_new_request_resets_everything_but_the_recent_steps() -> None:
     agent.new_request("r3")
     agent.step("book", {"flight": 1}, "Error: not available")
     assert agent.stamps == [(4, "steer", "interleaved")]
+
+
+def test_a_lookup_repeated_for_each_new_question_is_not_a_repeat() -> None:
+    """Earlier turns count only for a turn that brings nothing new: the same message
+    again, or the call already recurring within the turn."""
+    new_questions, same_question, recurring = Agent(), Agent(), Agent()
+    for turn in range(4):
+        new_questions.new_request(f"r{turn}", f"question {turn}")
+        new_questions.step("get_balance", {}, "42")
+        new_questions.step("pay", {"bill": turn}, "paid")
+        same_question.new_request(f"r{turn}", "balance?")
+        same_question.step("get_balance", {}, "42")
+        recurring.new_request(f"r{turn}", f"question {turn}")
+        for bill in range(2):
+            recurring.step("get_balance", {}, "42")
+            recurring.step("get_bill", {"bill": bill}, "due")
+    assert new_questions.stamps == []
+    assert same_question.stamps == [(3, "steer", "interleaved"), (4, "steer", "interleaved")]
+    assert recurring.stamps[0] == (11, "steer", "interleaved")  # the third turn's second run
 
 
 def test_a_plain_run_across_a_user_message_starts_a_fresh_streak() -> None:

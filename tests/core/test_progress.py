@@ -43,8 +43,8 @@ class Agent:
             self.session.record_result(call, result_of(message, normalizers, args=args))
         return type(verdict).__name__
 
-    def new_request(self, request_id: str) -> None:
-        self.session.start_request(request_id)
+    def new_request(self, request_id: str, question: str = "") -> None:
+        self.session.start_request(request_id, question)
 
 
 def sent(n: int) -> str:
@@ -206,18 +206,18 @@ def test_a_cycle_of_up_to_six_calls_is_steered_by_its_third_lap(period: int) -> 
     reason="how the adapters read a tool message into a Result; no public reader"
 )
 def test_the_same_call_once_per_user_turn_is_one_rule_whatever_came_between() -> None:
-    """Three turns that each made the same call: steered in the third, with or without
-    other calls between; two turns are not enough (a user asking again)."""
+    """Three turns of the same question that each made the same call: steered in the
+    third, with or without other calls between; two turns are not enough."""
     plain, mixed, twice = Agent(), Agent(), Agent()
     for turn in range(3):
-        plain.new_request(f"r{turn}")
+        plain.new_request(f"r{turn}", "balance?")
         plain.step("get_balance", {}, "42")
-        mixed.new_request(f"r{turn}")
+        mixed.new_request(f"r{turn}", "balance?")
         if turn == 1:
             mixed.step("get_orders", {}, "[]")
         mixed.step("get_balance", {}, "42")
     for turn in range(2):
-        twice.new_request(f"r{turn}")
+        twice.new_request(f"r{turn}", "balance?")
         for _ in range(2):
             twice.step("ls", {}, "")
     assert plain.kinds == [(3, "steer", "interleaved")]
@@ -245,7 +245,7 @@ def test_what_the_turns_remember_survives_a_snapshot() -> None:
     snapshot: dict[str, Any] = {}  # the caller keeps the state, through JSON at every turn
     for turn in range(3):
         session = guard.session(THREAD, snapshot)
-        session.start_request(f"r{turn}")
+        session.start_request(f"r{turn}", "balance?")
         call = Call.of("get_balance", {}, id=f"c{turn}")
         session.check_call(call)
         session.record_result(call, result_of(ToolMessage("42", tool_call_id="c")))
