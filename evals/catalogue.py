@@ -335,6 +335,15 @@ SCENARIOS = [
         events_are((5, "steer", "interleaved")),
     ),
     Scenario(
+        "C9 the same edit submitted again, the same answer, reads between",
+        [
+            t
+            for n in range(3)
+            for t in ([call("edit", path="a.py", old="x", new="y")], [call("read", path=f"f{n}")])
+        ][:-1],
+        events_are((5, "steer", "interleaved")),
+    ),
+    Scenario(
         "C5 unknown tool, varying args",
         [[call("exec", command=f"cmd{n}")] for n in range(12)],
         stop_ladder(3, 5, "unknown_tool"),

@@ -567,17 +567,19 @@ class Engine:
         state.failing, state.steered = records, steered
         return broken
 
-    def _follow_changes(self, state: RequestState, ran: Sequence[Entry]) -> int:
+    def _follow_changes(self, state: RequestState, ran: Sequence[Entry]) -> None:
         """Note the calls of a settled batch that changed something and were not the
-        same change re-applied; returns the index in `ran` of the last one, or -1.
+        same change re-applied.
 
         After a change, earlier runs of a check no longer count against its next run:
-        the interleaved detector looks only past the change, and the backstop and the
-        escalation of steered calls start again (a broken or missing tool's do not).
+        the interleaved detector looks only from the batch on, and the backstop and the
+        escalation of steered calls start again (a broken or missing tool's do not). The
+        change itself stays in sight: the same change re-applied (a rejected edit
+        submitted again, answered alike) is a repeat, not a new change.
         """
         changing = self._changing
-        found = -1
-        for index, entry in enumerate(ran):
+        found = False
+        for entry in ran:
             answer = entry.outcome
             # An error first: a made-up tool is never cached.
             if not isinstance(answer, Answer) or answer.is_error:
@@ -593,8 +595,8 @@ class Engine:
             if step in state.changes:
                 continue
             state.changes = (*state.changes, step)[-_CHANGES_KEPT:]
-            found = index
-        if found >= 0:
+            found = True
+        if found:
             state.since_change, state.turns = 0, ()
             if state.steered:
                 state.steered = tuple(
@@ -602,7 +604,6 @@ class Engine:
                     for entry in state.steered
                     if entry.step.args in (SAME_ERROR_ARGS, UNKNOWN_ARGS)
                 )
-        return found
 
     def _broken(self, record: Failing) -> bool:
         """Whether a tool's run of identical errors shows it failing whatever its args."""
@@ -688,7 +689,8 @@ class Engine:
         # Only when some tool is failing: a healthy step costs one look at its outcome.
         if config.detect_same_error and (state.failing or errors):
             broken = self._follow_errors(state, ran)
-        change = self._follow_changes(state, ran) if changes and self._follows_changes else -1
+        if changes and self._follows_changes:
+            self._follow_changes(state, ran)
         siblings = ran[:-1] if counts_step else ran
         if siblings and config.escalate_ignored and state.steered:
             # Each run of a call the model was steered away from counts toward its
@@ -702,8 +704,6 @@ class Engine:
             answer = cast(Answer, last.outcome)  # `ran` holds answered entries only
             step = self._step(state, last.call, answer)
             returned = self._count(state, step, answer.variant)
-            if change == len(ran) - 1:  # the counted step is the change: after it, new ground
-                state.since_change = 0
             steer = self._steer(state, step, ran[-1].call, returned)
             repeat = (
                 state.streak > 1

@@ -228,6 +228,23 @@ def test_a_new_request_resets_everything_but_the_recent_steps() -> None:
     assert agent.stamps == [(4, "steer", "interleaved")]
 
 
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [("Edit rejected: retry", False), ("old_string not found", True), ("a.py updated", False)],
+    ids=["rejected", "error", "no-op"],
+)
+def test_the_same_edit_submitted_again_is_steered_by_its_third_lap(
+    answer: str, error: bool
+) -> None:
+    """An edit answered alike each time (rejected, failed, or applied again) changed
+    nothing after its first run: the read between the submissions asks nothing new."""
+    agent = Agent()
+    for lap in range(3):
+        agent.step("Edit", {"file_path": "a.py", "old": "x", "new": "y"}, answer, error=error)
+        agent.step("Read", {"file_path": "a.py", "offset": lap}, f"line {lap}")
+    assert agent.stamps == [(5, "steer", "interleaved")]
+
+
 def test_a_lookup_repeated_for_each_new_question_is_not_a_repeat() -> None:
     """Earlier turns count only for a turn that brings nothing new: the same message
     again, or the call already recurring within the turn."""
