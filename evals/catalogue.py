@@ -123,6 +123,20 @@ def toolbox(runs: Counter[str]) -> list[BaseTool]:
         )
 
     @tool
+    def upload_file(path: str) -> str:
+        """Upload a file."""
+        runs["upload_file"] += 1
+        n = next(uuids)
+        return json.dumps({"ok": True, "path": path, "fileId": f"file_{n:012x}{n * 7919:012x}"})
+
+    @tool
+    def plugin_send(to: str, text: str) -> str:
+        """Send a message through a plugin, which answers the message's id alone."""
+        runs["plugin_send"] += 1
+        n = next(uuids)
+        return f"msg_{n:08x}{n * 7919:012x}"
+
+    @tool
     def get_plan(plan_id: str) -> str:
         """Look a plan up."""
         runs["get_plan"] += 1
@@ -130,7 +144,20 @@ def toolbox(runs: Counter[str]) -> list[BaseTool]:
 
     get_plan.handle_tool_error = True
 
-    return [read, run, edit, write, status, lookup, search, fetch, send, get_plan]
+    return [
+        read,
+        run,
+        edit,
+        write,
+        status,
+        lookup,
+        search,
+        fetch,
+        send,
+        upload_file,
+        plugin_send,
+        get_plan,
+    ]
 
 
 def call(tool_name: str, **args: Any) -> tuple[str, dict[str, Any]]:
@@ -234,6 +261,31 @@ SCENARIOS = [
         "A16 the same message sent again, fresh ids in every reply",
         _repeat([call("send", to="ops", text="deploy done")], 21),
         steered_and_stopped(steer_by=5, block_by=7),
+    ),
+    Scenario(
+        "A18 the same file uploaded again, a new file id in every reply",
+        _repeat([call("upload_file", path="report.pdf")], 21),
+        steered_and_stopped(steer_by=5, block_by=7),
+    ),
+    Scenario(
+        "A19 the same message sent through a plugin that answers a bare id",
+        _repeat([call("plugin_send", to="ops", text="deploy done")], 21),
+        steered_and_stopped(steer_by=5, block_by=7),
+    ),
+    Scenario(
+        "A20 a blocked send stays blocked after another call",
+        [
+            *_repeat([call("send", to="ops", text="deploy done")], 7),
+            [call("read", path="a.py")],
+            *_repeat([call("send", to="ops", text="deploy done")], 3),
+        ],
+        events_are(
+            (5, "steer", "repeat"),
+            (7, "block", "repeat"),
+            (9, "block", "returned"),
+            (10, "block", "returned"),
+            (10, "stop", "abort_threshold"),
+        ),
     ),
     Scenario(
         "A17 the same call once per user turn, the same message",

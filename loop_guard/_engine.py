@@ -510,6 +510,7 @@ class Engine:
             _answer(state, index, call, ALLOWED)
             return state, proceed, (*decisions, proceed)
         state.blocks = block.blocks
+        _keep_blocked(state, self._identity(state, call), call)
         saved = _charge(state, call, _PREVENTED)
         block = replace(block, cost=state.cost)
         _answer(state, index, call, BLOCKED, block)
@@ -852,6 +853,18 @@ def _latest_entry(state: RequestState, key: str) -> Entry | None:
         if index >= 0:
             return entries[index]
     return None
+
+
+def _keep_blocked(state: RequestState, args: str, call: Call) -> None:
+    """Once blocked, a call stays blocked when the model comes back to it after other
+    calls (a send must not get through once): its backstop drops to its next run.
+    Progress forgets it (`_counted`), as does a change."""
+    state.steered = tuple(
+        entry._replace(limit=entry.seen + 1)
+        if entry.step.tool == call.tool and entry.step.args == args
+        else entry
+        for entry in state.steered
+    )
 
 
 def _turn_steps(state: RequestState) -> tuple[Step, ...]:

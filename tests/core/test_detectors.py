@@ -206,6 +206,16 @@ def test_a_returned_call_is_steered_again_then_blocked_on_its_next_repeat() -> N
     assert "came back" in agent.events[1].message
 
 
+def test_a_blocked_call_stays_blocked_when_the_model_comes_back_to_it() -> None:
+    """Once blocked, a send never runs again in the request, whatever came between."""
+    agent = Agent()
+    verdicts = [agent.step("send", {"to": "ops"}, "sent") for _ in range(5)]
+    agent.step("read", {"path": "a"}, "text")
+    verdicts.append(agent.step("send", {"to": "ops"}, "sent"))
+    assert verdicts == ["Proceed"] * 4 + ["Block", "Block"]
+    assert agent.stamps[-1] == (7, "block", "returned")
+
+
 def test_without_escalation_a_returned_call_starts_from_scratch() -> None:
     agent = Agent(escalate_ignored=False)
     for _ in range(3):

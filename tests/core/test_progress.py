@@ -67,6 +67,30 @@ def test_a_message_sent_again_with_fresh_ids_is_a_near_repeat() -> None:
 @pytest.mark.internals(
     reason="how the adapters read a tool message into a Result; no public reader"
 )
+@pytest.mark.parametrize(
+    ("tool", "answer"),
+    [
+        ("upload_file", lambda n: json.dumps({"ok": True, "fileId": f"file_{n:024x}"})),
+        ("upload_file", lambda n: f"Uploaded report.pdf as file_{n:024x}"),
+        ("plugin_send", lambda n: f"msg_{n:020x}"),
+        ("plugin_send", lambda n: str(1_764_466_033_000 + n)),
+    ],
+    ids=["json-file-id", "text-file-id", "bare-id", "bare-number"],
+)
+def test_what_a_state_changing_call_made_is_fresh_whatever_its_key(tool: str, answer: Any) -> None:
+    """An upload or a send answers the id of what it made: new on every call, a
+    near-repeat however it is written; another tool's `fileId` stays an identity."""
+    agent, reader = Agent(), Agent()
+    for n in range(1, 8):
+        agent.step(tool, {"path": "report.pdf", "to": "ops"}, answer(n))
+        reader.step("get_file", {"path": "report.pdf"}, answer(n))
+    assert agent.kinds[:2] == [(5, "steer", "repeat"), (7, "block", "repeat")]
+    assert reader.kinds == []
+
+
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
 def test_an_exact_repeat_of_a_result_with_fresh_values_is_judged_at_once() -> None:
     """Masked or not, an identical result is an exact repeat: never later than Pi."""
     agent = Agent()
