@@ -123,6 +123,20 @@ def toolbox(runs: Counter[str]) -> list[BaseTool]:
         )
 
     @tool
+    def upload_file(path: str) -> str:
+        """Upload a file."""
+        runs["upload_file"] += 1
+        n = next(uuids)
+        return json.dumps({"ok": True, "path": path, "fileId": f"file_{n:012x}{n * 7919:012x}"})
+
+    @tool
+    def plugin_send(to: str, text: str) -> str:
+        """Send a message through a plugin, which answers the message's id alone."""
+        runs["plugin_send"] += 1
+        n = next(uuids)
+        return f"msg_{n:08x}{n * 7919:012x}"
+
+    @tool
     def get_plan(plan_id: str) -> str:
         """Look a plan up."""
         runs["get_plan"] += 1
@@ -130,7 +144,20 @@ def toolbox(runs: Counter[str]) -> list[BaseTool]:
 
     get_plan.handle_tool_error = True
 
-    return [read, run, edit, write, status, lookup, search, fetch, send, get_plan]
+    return [
+        read,
+        run,
+        edit,
+        write,
+        status,
+        lookup,
+        search,
+        fetch,
+        send,
+        upload_file,
+        plugin_send,
+        get_plan,
+    ]
 
 
 def call(tool_name: str, **args: Any) -> tuple[str, dict[str, Any]]:
@@ -146,6 +173,11 @@ class Scenario:
     expect: Callable[[list[tuple[int, str, str | None]]], object]
     options: dict[str, Any] = field(default_factory=dict)
     requests: tuple[int, ...] = ()  # turns per user message; all in one by default
+    asked_again: bool = False  # every user message the same; else each one new
+
+    def question(self, request: int) -> str:
+        """The user message that begins the scenario's `request`-th request."""
+        return "request" if self.asked_again else f"request {request}"
 
 
 def events_are(*expected: tuple[int, str, str | None]) -> Callable[[Any], None]:
@@ -231,10 +263,36 @@ SCENARIOS = [
         steered_and_stopped(steer_by=5, block_by=7),
     ),
     Scenario(
-        "A17 the same call once per user turn",
+        "A18 the same file uploaded again, a new file id in every reply",
+        _repeat([call("upload_file", path="report.pdf")], 21),
+        steered_and_stopped(steer_by=5, block_by=7),
+    ),
+    Scenario(
+        "A19 the same message sent through a plugin that answers a bare id",
+        _repeat([call("plugin_send", to="ops", text="deploy done")], 21),
+        steered_and_stopped(steer_by=5, block_by=7),
+    ),
+    Scenario(
+        "A20 a blocked send stays blocked after another call",
+        [
+            *_repeat([call("send", to="ops", text="deploy done")], 7),
+            [call("read", path="a.py")],
+            *_repeat([call("send", to="ops", text="deploy done")], 3),
+        ],
+        events_are(
+            (5, "steer", "repeat"),
+            (7, "block", "repeat"),
+            (9, "block", "returned"),
+            (10, "block", "returned"),
+            (10, "stop", "abort_threshold"),
+        ),
+    ),
+    Scenario(
+        "A17 the same call once per user turn, the same message",
         _repeat([call("read", path="a.py")], 4),
         events_are((3, "steer", "interleaved"), (4, "steer", "interleaved")),
         requests=(1, 1, 1, 1),
+        asked_again=True,
     ),
     Scenario(
         "A17 the same call once per user turn, another call between",
@@ -246,6 +304,7 @@ SCENARIOS = [
         ],
         events_are((4, "steer", "interleaved")),
         requests=(1, 2, 1),
+        asked_again=True,
     ),
     Scenario(
         "A4 volatile result, normalised (opt-in)",
@@ -325,6 +384,15 @@ SCENARIOS = [
     Scenario(
         "C2 dominant call between distinct reads",
         [t for n in range(4) for t in ([MISSING], [call("read", path=f"doc{n}.md")])][:-1],
+        events_are((5, "steer", "interleaved")),
+    ),
+    Scenario(
+        "C9 the same edit submitted again, the same answer, reads between",
+        [
+            t
+            for n in range(3)
+            for t in ([call("edit", path="a.py", old="x", new="y")], [call("read", path=f"f{n}")])
+        ][:-1],
         events_are((5, "steer", "interleaved")),
     ),
     Scenario(
@@ -465,6 +533,12 @@ SCENARIOS = [
         never_blocked(),
     ),
     Scenario(
+        "D23 the same lookup for each new question",
+        _repeat([call("read", path="a.py")], 4),
+        events_are(),
+        requests=(1, 1, 1, 1),
+    ),
+    Scenario(
         "D14 many durable mutations",
         [[call("write", path=f"req-{n}", content="t")] for n in range(10)],
         never_blocked(),
@@ -535,7 +609,7 @@ def via_middleware(
         agent = create_agent(
             model, toolbox(runs), middleware=[middleware], checkpointer=checkpointer
         )
-        payload = {"messages": [HumanMessage(f"request {n}")]}
+        payload = {"messages": [HumanMessage(scenario.question(n))]}
         if sync:
             messages = agent.invoke(payload, THREAD)["messages"]
         else:

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, final
 from typing_extensions import TypedDict, Unpack
 
 from loop_guard._repeated_text import DEFAULT_MIN_CHARS
-from loop_guard._volatile import normalize_fresh, normalize_volatile
+from loop_guard._volatile import normalize_fresh, normalize_made, normalize_volatile
 
 logger = logging.getLogger("loop_guard")
 
@@ -351,8 +351,10 @@ class LoopGuardConfig:
         fresh = self.fresh_results
         if policy is not None and policy.fresh is not None:
             fresh = policy.fresh
+        if not fresh:
+            return found
         # Last: what it masks marks a near-repeat (`Result.variant`).
-        return (*found, normalize_fresh) if fresh else found
+        return (*found, normalize_made if self.changes_state(tool) else normalize_fresh)
 
     def replace(self, **overrides: Unpack[LoopGuardOptions]) -> LoopGuardConfig:
         """Return a copy with some fields replaced, validated like the constructor.

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig, Thresholds
 from loop_guard._state import (
+    ERROR,
     SAME_ERROR_ARGS,
     UNKNOWN_ARGS,
     Entry,
@@ -151,7 +152,11 @@ def interleaved(
         return None
     recent = window(state, config.repeat_window)
     count = recent.count(step)
-    turns = _turns_with(state.turns, step) + 1 if state.turns else 0
+    # Earlier turns count only when this one brings nothing new: the user's message
+    # again, the call already recurring in this turn, or the same failure retried (a
+    # new question may well need the same lookup once; it never needs the same error).
+    again = bool(state.turns) and (state.asked_again or count > 1 or step.result.startswith(ERROR))
+    turns = _turns_with(state.turns, step) + 1 if again else 0
     within = count >= warn and count > _trailing_run(recent)
     if (
         not (within or turns >= warn)

@@ -50,7 +50,7 @@ twice for the same loop.
 A new request (`start_request`) starts afresh but for two things, kept while
 interleaved repeats are detected: the changes made (edits, writes: a check repeated
 after one asks a new question) and the distinct steps each of the last few user turns
-counted (a call met in several turns is a repeat).
+counted (a call met in several turns that bring nothing new is a repeat).
 
 A transition that changes anything copies the state it was given once (`clone`); the
 private helpers and the detectors change that copy in place, so a step builds one new
@@ -174,19 +174,31 @@ class Engine:
         self.hints = {**self.hints, **hints}
         self._changing = {}
 
-    def start_request(self, previous: RequestState | None, request_id: str | None) -> RequestState:
+    def start_request(
+        self, previous: RequestState | None, request_id: str | None, question: str = ""
+    ) -> RequestState:
         """A fresh state for a new request of a conversation (see How the guard decides: reset).
 
         Everything resets except what the detectors beyond Pi look back on: the steps
         each earlier turn counted (repeats across user turns) and the changes made.
+        `question` fingerprints the user message that began the request ("" when
+        unknown): the same message as the previous request's brings nothing new.
         """
-        if previous is None or not self.config.detect_interleaved:
+        if not self.config.detect_interleaved:
             return RequestState(request_id=request_id)
+        if previous is None:
+            return RequestState(request_id=request_id, question=question)
         turns = previous.turns
         steps = _turn_steps(previous)
         if steps:  # a turn that ran no tool says nothing about repeats
             turns = (*turns, steps)[-TURNS_KEPT:]
-        return RequestState(request_id=request_id, changes=previous.changes, turns=turns)
+        return RequestState(
+            request_id=request_id,
+            changes=previous.changes,
+            turns=turns,
+            question=question,
+            asked_again=bool(question) and question == previous.question,
+        )
 
     def open_batch(self, state: RequestState, calls: Sequence[Call], tokens: int = 0) -> Transition:
         """Declare the calls of one model response, in the model's order.
@@ -498,6 +510,7 @@ class Engine:
             _answer(state, index, call, ALLOWED)
             return state, proceed, (*decisions, proceed)
         state.blocks = block.blocks
+        _keep_blocked(state, self._identity(state, call), call)
         saved = _charge(state, call, _PREVENTED)
         block = replace(block, cost=state.cost)
         _answer(state, index, call, BLOCKED, block)
@@ -555,17 +568,19 @@ class Engine:
         state.failing, state.steered = records, steered
         return broken
 
-    def _follow_changes(self, state: RequestState, ran: Sequence[Entry]) -> int:
+    def _follow_changes(self, state: RequestState, ran: Sequence[Entry]) -> None:
         """Note the calls of a settled batch that changed something and were not the
-        same change re-applied; returns the index in `ran` of the last one, or -1.
+        same change re-applied.
 
         After a change, earlier runs of a check no longer count against its next run:
-        the interleaved detector looks only past the change, and the backstop and the
-        escalation of steered calls start again (a broken or missing tool's do not).
+        the interleaved detector looks only from the batch on, and the backstop and the
+        escalation of steered calls start again (a broken or missing tool's do not). The
+        change itself stays in sight: the same change re-applied (a rejected edit
+        submitted again, answered alike) is a repeat, not a new change.
         """
         changing = self._changing
-        found = -1
-        for index, entry in enumerate(ran):
+        found = False
+        for entry in ran:
             answer = entry.outcome
             # An error first: a made-up tool is never cached.
             if not isinstance(answer, Answer) or answer.is_error:
@@ -581,8 +596,8 @@ class Engine:
             if step in state.changes:
                 continue
             state.changes = (*state.changes, step)[-_CHANGES_KEPT:]
-            found = index
-        if found >= 0:
+            found = True
+        if found:
             state.since_change, state.turns = 0, ()
             if state.steered:
                 state.steered = tuple(
@@ -590,7 +605,6 @@ class Engine:
                     for entry in state.steered
                     if entry.step.args in (SAME_ERROR_ARGS, UNKNOWN_ARGS)
                 )
-        return found
 
     def _broken(self, record: Failing) -> bool:
         """Whether a tool's run of identical errors shows it failing whatever its args."""
@@ -676,7 +690,8 @@ class Engine:
         # Only when some tool is failing: a healthy step costs one look at its outcome.
         if config.detect_same_error and (state.failing or errors):
             broken = self._follow_errors(state, ran)
-        change = self._follow_changes(state, ran) if changes and self._follows_changes else -1
+        if changes and self._follows_changes:
+            self._follow_changes(state, ran)
         siblings = ran[:-1] if counts_step else ran
         if siblings and config.escalate_ignored and state.steered:
             # Each run of a call the model was steered away from counts toward its
@@ -690,8 +705,6 @@ class Engine:
             answer = cast(Answer, last.outcome)  # `ran` holds answered entries only
             step = self._step(state, last.call, answer)
             returned = self._count(state, step, answer.variant)
-            if change == len(ran) - 1:  # the counted step is the change: after it, new ground
-                state.since_change = 0
             steer = self._steer(state, step, ran[-1].call, returned)
             repeat = (
                 state.streak > 1
@@ -840,6 +853,18 @@ def _latest_entry(state: RequestState, key: str) -> Entry | None:
         if index >= 0:
             return entries[index]
     return None
+
+
+def _keep_blocked(state: RequestState, args: str, call: Call) -> None:
+    """Once blocked, a call stays blocked when the model comes back to it after other
+    calls (a send must not get through once): its backstop drops to its next run.
+    Progress forgets it (`_counted`), as does a change."""
+    state.steered = tuple(
+        entry._replace(limit=entry.seen + 1)
+        if entry.step.tool == call.tool and entry.step.args == args
+        else entry
+        for entry in state.steered
+    )
 
 
 def _turn_steps(state: RequestState) -> tuple[Step, ...]:

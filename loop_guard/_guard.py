@@ -498,16 +498,19 @@ class Session:
             return None
         return self._engine.check_call(state, call)[1]
 
-    def start_request(self, request_id: str) -> None:
+    def start_request(self, request_id: str, question: str = "") -> None:
         """Begin a request, unless `request_id` is the current one.
 
+        `question` fingerprints the user message that began it (any string that is equal
+        for equal messages; "" when unknown): the same message as the previous request's
+        brings nothing new, so what earlier turns did counts (repeats across user turns).
         See How the guard decides: reset.
         """
 
         def start(state: RequestState) -> tuple[RequestState, None, tuple[Decision, ...]]:
             if state.request_id == request_id:
                 return state, None, ()
-            return self._engine.start_request(state, request_id), None, ()
+            return self._engine.start_request(state, request_id, question), None, ()
 
         self._run(start)
 

@@ -17,6 +17,7 @@ from typing import cast, final
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from loop_guard._engine import TURNS_KEPT, Engine
+from loop_guard._fingerprint import result_fingerprint
 from loop_guard._langchain import (
     BLOCK_MARK,
     STATE_KEY,
@@ -45,6 +46,22 @@ def current_request(messages: Sequence[BaseMessage]) -> tuple[str | None, Sequen
     if start is None:
         return None, messages
     return messages[start].id, messages[start:]
+
+
+def question_of(request: Sequence[BaseMessage]) -> str:
+    """The fingerprint of the user message a request begins with ("" when it begins with
+    none): the same message asked again brings nothing new (`Engine.start_request`).
+
+    Examples:
+        >>> from langchain_core.messages import HumanMessage
+        >>> question_of([HumanMessage("Why?")]) == question_of([HumanMessage("Why?")])
+        True
+        >>> question_of([])
+        ''
+    """
+    if not request or not is_user_message(request[0]):
+        return ""
+    return result_fingerprint(request[0].content)[:16]
 
 
 def worked_on(messages: Sequence[BaseMessage]) -> bool:
@@ -185,7 +202,7 @@ def replay(
     is the conversation's state before this request: what its turns counted carries over.
     `tools` are the names of the tools that exist, when known (see `result_of`).
     """
-    state = engine.start_request(before, request_id)
+    state = engine.start_request(before, request_id, question_of(messages))
     return catch_up(engine, state, messages, observe, tools=tools)
 
 
@@ -450,7 +467,8 @@ def _replay_tail(
             start -= 1
             message = request[start]
             found += isinstance(message, AIMessage) and bool(message.tool_calls)
-        state = replay(engine, None, request[start:], before=before, tools=tools)
+        state = engine.start_request(before, None, question_of(request))
+        state = catch_up(engine, state, request[start:], tools=tools)
         if start == 0 or state.counted >= engine.memory:
             return state
         wanted *= 2

@@ -24,7 +24,7 @@ from loop_guard._config import Normalizer
 from loop_guard._fingerprint import result_fingerprint
 from loop_guard._messages import GUARD_NAME
 from loop_guard._values import Call, Result, Stop, reports_error
-from loop_guard._volatile import normalize_fresh
+from loop_guard._volatile import normalize_fresh, normalize_made
 
 STEER_MARK = "steer"
 """`response_metadata["loop_guard"]` of a tool result that carries the steer in-band."""
@@ -226,10 +226,13 @@ def result_of(
     return Result.of(content, variant=variant)
 
 
+_FRESH = (normalize_fresh, normalize_made)  # the normalizers whose masking marks a near-repeat
+
+
 def _masked(content: Any, normalizers: Sequence[Normalizer]) -> tuple[Any, str]:
     """The content rewritten by `normalizers`, and its variant (`Result.variant`) when
-    the last of them, `normalize_fresh`, masked fresh values in it."""
-    if not normalizers or normalizers[-1] is not normalize_fresh:
+    the last of them, `normalize_fresh` (or `normalize_made`), masked fresh values in it."""
+    if not normalizers or normalizers[-1] not in _FRESH:
         return _normalized(content, normalizers), ""
     exact = _normalized(content, normalizers[:-1])
     masked = _normalized(exact, normalizers[-1:])

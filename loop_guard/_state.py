@@ -168,6 +168,11 @@ class RequestState:
     # What each of the last requests counted since its last change, newest last: a call
     # and result met in several user turns is a repeat, each turn counting once.
     turns: tuple[tuple[Step, ...], ...] = ()
+    # The fingerprint of the user message that began the request ("" when unknown), and
+    # whether it is the previous request's again: only a turn that brings nothing new
+    # counts what earlier turns did (a new question may well need the same lookup).
+    question: str = ""
+    asked_again: bool = False
     # What loops cost (see `LoopCost`): charged so far; the run of repeats not yet
     # charged (charged when the guard steps in); whether the guard stepped into the loop
     # the last steps belong to; the tokens of the open batch's response.
@@ -267,6 +272,10 @@ class RequestState:
             snapshot["since_change"] = self.since_change
         if self.turns:
             snapshot["turns"] = [[list(step) for step in turn] for turn in self.turns]
+        if self.question:
+            snapshot["question"] = self.question
+        if self.asked_again:
+            snapshot["asked_again"] = True
         if self.cost is not NO_COST:  # identity: written at every model call
             snapshot["cost"] = list(self.cost.to_tuple())
         if self.unpaid is not NO_COST:
@@ -326,6 +335,8 @@ class RequestState:
             changes=tuple(map(Step._make, data.get("changes", ()))),
             since_change=int(data.get("since_change", -1)),
             turns=tuple(tuple(map(Step._make, turn)) for turn in data.get("turns", ())),
+            question=str(data.get("question", "")),
+            asked_again=bool(data.get("asked_again", False)),
             cost=cost_from_json(data.get("cost")),
             unpaid=cost_from_json(data.get("unpaid")),
             looping=bool(data.get("looping", False)),
@@ -441,6 +452,8 @@ def clone(state: RequestState) -> RequestState:
     copy.changes = state.changes
     copy.since_change = state.since_change
     copy.turns = state.turns
+    copy.question = state.question
+    copy.asked_again = state.asked_again
     copy.cost = state.cost
     copy.unpaid = state.unpaid
     copy.looping = state.looping

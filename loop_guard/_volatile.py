@@ -287,6 +287,7 @@ _GENERATED = re.compile(
     r"|(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{16,}|[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}"
     r"|\d{10,}|(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,})"
 )
+_MADE_TOKEN = re.compile(rf"(?<![\w-])(?:{_GENERATED.pattern})(?![\w-])")
 _TIMELIKE = re.compile(
     r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
     r"|\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?|\d{10}(?:\d{3}){0,3}(?:\.\d+)?"
@@ -318,11 +319,18 @@ def _generated(value: object) -> bool:
     return isinstance(value, str) and _GENERATED.fullmatch(value) is not None
 
 
-class _Walk:
-    """One masking walk over a parsed document; `masked` says whether it masked anything."""
+# Keys whose generated value names what a call that changes something just made (an
+# upload's `fileId`, a send's `id`, an `idempotencyKey`): a new one on every call.
+_MADE_SUFFIXES = ("id", "key")
 
-    def __init__(self, embedded: int) -> None:
+
+class _Walk:
+    """One masking walk over a parsed document; `masked` says whether it masked anything,
+    `made` whether the call changed something (its generated ids are fresh)."""
+
+    def __init__(self, embedded: int, made: bool) -> None:
         self.embedded = embedded
+        self.made = made
         self.masked = False
 
     def mask(self, token: str) -> str:
@@ -341,7 +349,7 @@ class _Walk:
         return value
 
     def string(self, text: str) -> str:
-        found, masked = _mask(text, self.embedded + 1)
+        found, masked = _mask(text, self.embedded + 1, made=self.made)
         self.masked |= masked
         return found
 
@@ -361,6 +369,8 @@ class _Walk:
         duration = key in _DURATION_KEYS or any(part in key for part in _DURATION_PARTS)
         if duration and value is not None and not isinstance(value, bool):
             return self.mask("<duration>")
+        if self.made and scalar and key.endswith(_MADE_SUFFIXES) and _generated(value):
+            return self.mask("<id>")
         if key in ("id", "uuid", "guid"):
             return self.mask("<id>") if fresh and _generated(value) else value
         if isinstance(value, str) and (key in _IDENTITY_KEYS or key.endswith(_VERBATIM_SUFFIXES)):
@@ -369,16 +379,20 @@ class _Walk:
         return self.value(value, depth, inner)
 
 
-def _mask(text: str, embedded: int = 0) -> tuple[str, bool]:
+def _mask(text: str, embedded: int = 0, *, made: bool = False) -> tuple[str, bool]:
+    if made and _generated(text.strip()):  # the whole answer is the id of what was made
+        return "<id>", True
     if len(text) <= _JSON_LIMIT and embedded <= _EMBED_LIMIT and text.lstrip()[:1] in ("{", "["):
         try:
             document = json.loads(text)
-            walk = _Walk(embedded)
+            walk = _Walk(embedded, made)
             found = walk.value(document, 0, True)
             return json.dumps(found, sort_keys=True, separators=(",", ":")), walk.masked
         except (ValueError, RecursionError, _TooDeep):
             pass  # not JSON, or too deep to walk: the text patterns still apply
     found = _mask_text(text)
+    if made:  # "Uploaded report.pdf as file_9f86d0...": the ids of what was made
+        found = _MADE_TOKEN.sub("<id>", found)
     return found, found != text
 
 
@@ -394,6 +408,23 @@ def mask_fresh(text: str) -> tuple[str, bool]:
         ('3 of 10 done', False)
     """
     return _mask(text)
+
+
+def normalize_made(text: str) -> str:
+    """`normalize_fresh` for the result of a call that changes something (a send, an
+    upload): what it made is new on every call, so its generated ids are fresh whatever
+    their key (`fileId`, `uploadId`, `id`, `idempotencyKey`), and so is a result that is
+    nothing but such an id. Ids that do not look generated (`"c3"`) stay.
+
+    Examples:
+        >>> normalize_made('{"ok": true, "fileId": "file_9f86d081884c7d659a2feaa0"}')
+        '{"fileId":"<id>","ok":true}'
+        >>> normalize_made("msg_9f86d081884c7d659a2f")
+        '<id>'
+        >>> normalize_made('{"conversationId": "c3"}')
+        '{"conversationId": "c3"}'
+    """
+    return _mask(text, made=True)[0]
 
 
 def normalize_fresh(text: str) -> str:

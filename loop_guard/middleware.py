@@ -39,7 +39,7 @@ from loop_guard._conversation import follow_history
 from loop_guard._events import GuardEvent
 from loop_guard._faces import ashared_run, attach_sinks, shared_run
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._history import worked_on
+from loop_guard._history import current_request, question_of, worked_on
 from loop_guard._judge import aask_judge, ask_judge
 from loop_guard._langchain import (
     PersonDecision,
@@ -236,7 +236,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             session.adopt(reached)
             session.publish()
         else:
-            session.start_request(uuid.uuid4().hex)
+            session.start_request(uuid.uuid4().hex, question_of(current_request(messages)[1]))
         update: dict[str, Any] = {"loop_guard": session.snapshot()}
         if left:
             update["messages"] = left

@@ -71,8 +71,8 @@ class Agent:
         self.stamps += [(self.calls, e.kind, e.reason) for e in self.events[before:]]
         return [type(verdict).__name__ for verdict in verdicts]
 
-    def new_request(self, request_id: str) -> None:
-        self.session.start_request(request_id)
+    def new_request(self, request_id: str, question: str = "") -> None:
+        self.session.start_request(request_id, question)
 
 
 # Cycles -----------------------------------------------------------------------------
@@ -206,6 +206,16 @@ def test_a_returned_call_is_steered_again_then_blocked_on_its_next_repeat() -> N
     assert "came back" in agent.events[1].message
 
 
+def test_a_blocked_call_stays_blocked_when_the_model_comes_back_to_it() -> None:
+    """Once blocked, a send never runs again in the request, whatever came between."""
+    agent = Agent()
+    verdicts = [agent.step("send", {"to": "ops"}, "sent") for _ in range(5)]
+    agent.step("read", {"path": "a"}, "text")
+    verdicts.append(agent.step("send", {"to": "ops"}, "sent"))
+    assert verdicts == ["Proceed"] * 4 + ["Block", "Block"]
+    assert agent.stamps[-1] == (7, "block", "returned")
+
+
 def test_without_escalation_a_returned_call_starts_from_scratch() -> None:
     agent = Agent(escalate_ignored=False)
     for _ in range(3):
@@ -226,6 +236,42 @@ def test_a_new_request_resets_everything_but_the_recent_steps() -> None:
     agent.new_request("r3")
     agent.step("book", {"flight": 1}, "Error: not available")
     assert agent.stamps == [(4, "steer", "interleaved")]
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [("Edit rejected: retry", False), ("old_string not found", True), ("a.py updated", False)],
+    ids=["rejected", "error", "no-op"],
+)
+def test_the_same_edit_submitted_again_is_steered_by_its_third_lap(
+    answer: str, error: bool
+) -> None:
+    """An edit answered alike each time (rejected, failed, or applied again) changed
+    nothing after its first run: the read between the submissions asks nothing new."""
+    agent = Agent()
+    for lap in range(3):
+        agent.step("Edit", {"file_path": "a.py", "old": "x", "new": "y"}, answer, error=error)
+        agent.step("Read", {"file_path": "a.py", "offset": lap}, f"line {lap}")
+    assert agent.stamps == [(5, "steer", "interleaved")]
+
+
+def test_a_lookup_repeated_for_each_new_question_is_not_a_repeat() -> None:
+    """Earlier turns count only for a turn that brings nothing new: the same message
+    again, or the call already recurring within the turn."""
+    new_questions, same_question, recurring = Agent(), Agent(), Agent()
+    for turn in range(4):
+        new_questions.new_request(f"r{turn}", f"question {turn}")
+        new_questions.step("get_balance", {}, "42")
+        new_questions.step("pay", {"bill": turn}, "paid")
+        same_question.new_request(f"r{turn}", "balance?")
+        same_question.step("get_balance", {}, "42")
+        recurring.new_request(f"r{turn}", f"question {turn}")
+        for bill in range(2):
+            recurring.step("get_balance", {}, "42")
+            recurring.step("get_bill", {"bill": bill}, "due")
+    assert new_questions.stamps == []
+    assert same_question.stamps == [(3, "steer", "interleaved"), (4, "steer", "interleaved")]
+    assert recurring.stamps[0] == (11, "steer", "interleaved")  # the third turn's second run
 
 
 def test_a_plain_run_across_a_user_message_starts_a_fresh_streak() -> None:

@@ -43,8 +43,8 @@ class Agent:
             self.session.record_result(call, result_of(message, normalizers, args=args))
         return type(verdict).__name__
 
-    def new_request(self, request_id: str) -> None:
-        self.session.start_request(request_id)
+    def new_request(self, request_id: str, question: str = "") -> None:
+        self.session.start_request(request_id, question)
 
 
 def sent(n: int) -> str:
@@ -62,6 +62,30 @@ def test_a_message_sent_again_with_fresh_ids_is_a_near_repeat() -> None:
     assert agent.kinds[:2] == [(5, "steer", "repeat"), (7, "block", "repeat")]
     assert verdicts[:6] == ["Proceed"] * 6
     assert verdicts[6] == "Block"
+
+
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
+@pytest.mark.parametrize(
+    ("tool", "answer"),
+    [
+        ("upload_file", lambda n: json.dumps({"ok": True, "fileId": f"file_{n:024x}"})),
+        ("upload_file", lambda n: f"Uploaded report.pdf as file_{n:024x}"),
+        ("plugin_send", lambda n: f"msg_{n:020x}"),
+        ("plugin_send", lambda n: str(1_764_466_033_000 + n)),
+    ],
+    ids=["json-file-id", "text-file-id", "bare-id", "bare-number"],
+)
+def test_what_a_state_changing_call_made_is_fresh_whatever_its_key(tool: str, answer: Any) -> None:
+    """An upload or a send answers the id of what it made: new on every call, a
+    near-repeat however it is written; another tool's `fileId` stays an identity."""
+    agent, reader = Agent(), Agent()
+    for n in range(1, 8):
+        agent.step(tool, {"path": "report.pdf", "to": "ops"}, answer(n))
+        reader.step("get_file", {"path": "report.pdf"}, answer(n))
+    assert agent.kinds[:2] == [(5, "steer", "repeat"), (7, "block", "repeat")]
+    assert reader.kinds == []
 
 
 @pytest.mark.internals(
@@ -206,18 +230,18 @@ def test_a_cycle_of_up_to_six_calls_is_steered_by_its_third_lap(period: int) -> 
     reason="how the adapters read a tool message into a Result; no public reader"
 )
 def test_the_same_call_once_per_user_turn_is_one_rule_whatever_came_between() -> None:
-    """Three turns that each made the same call: steered in the third, with or without
-    other calls between; two turns are not enough (a user asking again)."""
+    """Three turns of the same question that each made the same call: steered in the
+    third, with or without other calls between; two turns are not enough."""
     plain, mixed, twice = Agent(), Agent(), Agent()
     for turn in range(3):
-        plain.new_request(f"r{turn}")
+        plain.new_request(f"r{turn}", "balance?")
         plain.step("get_balance", {}, "42")
-        mixed.new_request(f"r{turn}")
+        mixed.new_request(f"r{turn}", "balance?")
         if turn == 1:
             mixed.step("get_orders", {}, "[]")
         mixed.step("get_balance", {}, "42")
     for turn in range(2):
-        twice.new_request(f"r{turn}")
+        twice.new_request(f"r{turn}", "balance?")
         for _ in range(2):
             twice.step("ls", {}, "")
     assert plain.kinds == [(3, "steer", "interleaved")]
@@ -245,7 +269,7 @@ def test_what_the_turns_remember_survives_a_snapshot() -> None:
     snapshot: dict[str, Any] = {}  # the caller keeps the state, through JSON at every turn
     for turn in range(3):
         session = guard.session(THREAD, snapshot)
-        session.start_request(f"r{turn}")
+        session.start_request(f"r{turn}", "balance?")
         call = Call.of("get_balance", {}, id=f"c{turn}")
         session.check_call(call)
         session.record_result(call, result_of(ToolMessage("42", tool_call_id="c")))

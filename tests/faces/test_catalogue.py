@@ -66,7 +66,7 @@ def _requests(
     messages: list[Any] = []
     for n, part in enumerate(split(scenario.turns, scenario.requests)):
         graph = make(ScriptedChatModel(script=recorder.script(part)))
-        payload = {"messages": [HumanMessage(f"request {n}")]}
+        payload = {"messages": [HumanMessage(scenario.question(n))]}
         try:
             if sync:
                 messages = graph.invoke(payload, config)["messages"]

@@ -47,5 +47,5 @@ def test_pi_mode_is_the_baseline_the_detectors_improve_on() -> None:
             assert default[name].steer is not None
             assert default[name].steer <= row.steer
     text = table({"pi": list(pi.values()), "default": list(default.values())})
-    assert "| kimi-openclaw-P2-r7 | loop | 5 | 19 | 6 / - / - | 6 / 11 / 15 |" in text
+    assert "| kimi-openclaw-P2-r7 | loop | 5 | 19 | 6 / - / - | 6 / 11 / 14 |" in text
     assert summary(list(default.values()))["loops steered in time"] == "10/10"
