@@ -421,8 +421,8 @@ def normalize_made(text: str) -> str:
         '{"fileId":"<id>","ok":true}'
         >>> normalize_made("msg_9f86d081884c7d659a2f")
         '<id>'
-        >>> normalize_made('{"conversationId": "c3"}')
-        '{"conversationId": "c3"}'
+        >>> normalize_made('{"conversationId": "c3"}')  # read as JSON, written canonically
+        '{"conversationId":"c3"}'
     """
     return _mask(text, made=True)[0]
 
