@@ -126,12 +126,14 @@ def resume(path: Path, *, approval: bool, sync: bool) -> list[BaseMessage]:
 
 
 SYNC = pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
-
-
-@pytest.mark.parametrize(
+# Resuming a paused approval in an async run needs a run context (Python 3.11).
+SYNC_IN_CONTEXT = pytest.mark.parametrize(
     "sync",
     [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
 )
+
+
+@SYNC_IN_CONTEXT
 @pytest.mark.parametrize(
     "fixture",
     [
@@ -164,10 +166,7 @@ def test_a_thread_paused_before_a_removed_node_resumes_as_one_run(
     assert_like_uninterrupted(messages, approval=False)
 
 
-@pytest.mark.parametrize(
-    "sync",
-    [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
-)
+@SYNC_IN_CONTEXT
 @pytest.mark.parametrize("fixture", ["before-model-node.sqlite", "after-model-node.sqlite"])
 def test_an_upgraded_thread_resumed_with_approval_finishes_as_one_run(
     fixture: str, sync: bool, tmp_path: Path
@@ -209,10 +208,7 @@ def run_face(face: str, path: Path, payload: Any, *, sync: bool) -> list[BaseMes
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize(
-    "sync",
-    [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
-)
+@SYNC_IN_CONTEXT
 @pytest.mark.parametrize("face", ["graph", "handler"])
 def test_a_release_thread_of_another_face_resumes_as_one_run(
     face: str, sync: bool, tmp_path: Path

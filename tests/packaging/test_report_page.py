@@ -8,8 +8,6 @@ except under CI, where it must be there. A screenshot is saved in `artifacts/rep
 from __future__ import annotations
 
 import copy
-import html as html_module
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ import pytest
 
 from loop_guard._report_page import render_page
 from tests.support.browser import ReportPage as Page
-from tests.support.browser import artifacts, chromium, need_chromium
+from tests.support.browser import artifacts, chromium, measured, need_chromium
 
 pytestmark = pytest.mark.internals(reason="renders report dicts the tests build themselves")
 
@@ -272,7 +270,7 @@ def test_tokens_the_model_never_reported_are_said_to_be_unknown_not_zero() -> No
 
 # Run in the page by the browser test: where the comparison's legend items end, against the
 # page's column, and each bar of the comparison's chart, as drawn.
-MEASURE = """<script>
+MEASURE = """
 const column = document.querySelector("main").getBoundingClientRect();
 const section = document.getElementById("h-compare").parentElement;
 const measured = {
@@ -286,11 +284,7 @@ const measured = {
   })),
   room: section.querySelector('svg[data-chart="compare"] rect.track').getBBox().width,
 };
-const out = document.createElement("pre");
-out.id = "measured";
-out.textContent = JSON.stringify(measured);
-document.body.append(out);
-</script>"""
+"""
 
 
 @pytest.mark.slow
@@ -311,15 +305,8 @@ def test_the_page_renders_in_a_browser(tmp_path: Path) -> None:
 
     # On a phone's width, the compared settings are named whole, inside the column; every
     # share is drawn on one 0-100% scale, and each cost measure's two bars on one scale.
-    measuring = tmp_path / "measured.html"
-    measuring.write_text(render_page(REPORT).replace("</body>", MEASURE + "</body>"))
-    opened = chromium(tmp_path / "profile", "--window-size=400,900", "--dump-dom",
-                      measuring.as_uri())  # fmt: skip
-    assert opened.returncode == 0, opened.stderr[-2000:]
-    found = re.search(r'<pre id="measured">(.*?)</pre>', opened.stdout, re.S)
-    assert found is not None, opened.stdout[-2000:]
-    measured = json.loads(html_module.unescape(found.group(1)))
-    legend = {item["text"].strip(): item["inside"] for item in measured["legend"]}
+    found = measured(render_page(REPORT), MEASURE, tmp_path, "--window-size=400,900")
+    legend = {item["text"].strip(): item["inside"] for item in found["legend"]}
     assert legend == {"before: defaults": True, f"after: {LONG_LABEL}": True}
     values = {
         "steered threads": (40, 52),
@@ -330,7 +317,7 @@ def test_the_page_renders_in_a_browser(tmp_path: Path) -> None:
         "tokens spent in loops": (900_000, 610_000),
     }
     widths: dict[str, list[float]] = {}
-    for bar in measured["bars"]:
+    for bar in found["bars"]:
         label, _, series = bar["title"].rpartition(", ")
         assert series.split(":")[0] == ["before", "after"][len(widths.get(label, []))]
         widths.setdefault(label, []).append(bar["width"])
@@ -338,10 +325,10 @@ def test_the_page_renders_in_a_browser(tmp_path: Path) -> None:
     for label, (before, after) in values.items():
         if label.endswith("spent in loops"):  # the larger fills the room: one scale for both
             assert widths[label][0] * after == pytest.approx(widths[label][1] * before, rel=0.01)
-            assert max(widths[label]) == pytest.approx(measured["room"])
+            assert max(widths[label]) == pytest.approx(found["room"])
         else:
             # A share's bar is its part of the track (a share above zero shows at least 2).
-            drawn = [max(measured["room"] * n / REPORT["threads"], 2.0) for n in (before, after)]
+            drawn = [max(found["room"] * n / REPORT["threads"], 2.0) for n in (before, after)]
             assert widths[label] == pytest.approx(drawn, rel=0.01), label
 
     shot = artifacts("report") / "report.png"

@@ -7,7 +7,6 @@ agents; a single agent's thread says nothing of agents. Only the chat models are
 from __future__ import annotations
 
 import contextlib
-import html as html_module
 import json
 import re
 import sqlite3
@@ -30,7 +29,7 @@ from loop_guard.testing import (
     tool_calls_message,
 )
 from tests.support.agents import ToolRuns, ask, make_tools
-from tests.support.browser import ReportPage, artifacts, chromium, need_chromium
+from tests.support.browser import ReportPage, artifacts, chromium, measured, need_chromium
 from tests.support.cli import run_cli
 
 
@@ -171,7 +170,7 @@ def test_the_report_counts_loops_between_agents_and_tells_each_calls_agent(
 
 # Run in the page by the browser test: the colour each agent's ticks are drawn in, and the
 # agents its legend names, for every timeline.
-MEASURE = """<script>
+MEASURE = """
 const measured = [...document.querySelectorAll(".threads > li")].map((row) => ({
   thread: row.querySelector("h3").textContent,
   legend: [...row.querySelectorAll('[aria-label="Calls by agent"] li')].map((li) => ({
@@ -183,11 +182,7 @@ const measured = [...document.querySelectorAll(".threads > li")].map((row) => ({
     count: (path.getAttribute("d").match(/M/g) || []).length,
   })),
 }));
-const out = document.createElement("pre");
-out.id = "measured";
-out.textContent = JSON.stringify(measured);
-document.body.append(out);
-</script>"""
+"""
 
 
 @pytest.mark.slow
@@ -202,13 +197,8 @@ def test_the_reports_page_shows_each_calls_agent_in_a_browser(
     assert run_cli("report", str(swarm_db), "-o", str(page), "--jobs", "1")[0] == 0
     text = " ".join(ReportPage(page.read_text(encoding="utf-8")).text)
     assert "Threads with a loop between agents (the calls of more than one agent): 1." in text
-    measuring = tmp_path / "measured.html"
-    measuring.write_text(page.read_text(encoding="utf-8").replace("</body>", MEASURE + "</body>"))
-    opened = chromium(tmp_path / "profile", "--dump-dom", measuring.as_uri())
-    assert opened.returncode == 0, opened.stderr[-2000:]
-    found = re.search(r'<pre id="measured">(.*?)</pre>', opened.stdout, re.S)
-    assert found is not None, opened.stdout[-2000:]
-    rows = {row["thread"]: row for row in json.loads(html_module.unescape(found.group(1)))}
+    drawn = measured(page.read_text(encoding="utf-8"), MEASURE, tmp_path)
+    rows = {row["thread"]: row for row in drawn}
     swarm, alone = rows["swarm.sqlite:ping-pong"], rows["swarm.sqlite:alone"]
     legend = {item["agent"]: item["colour"] for item in swarm["legend"]}
     assert set(legend) == {"alice", "bob"}

@@ -4,10 +4,14 @@ page."""
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +47,25 @@ def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+def measured(page: str, measure: str, folder: Path, *args: str) -> Any:
+    """What the script `measure` finds in `page` once headless Chromium (with `args`) has
+    laid it out: `measure` is JavaScript that defines `measured`, a JSON-safe value."""
+    script = (
+        f"<script>\n{measure}\n"
+        'const out = document.createElement("pre");\n'
+        'out.id = "measured";\n'
+        "out.textContent = JSON.stringify(measured);\n"
+        "document.body.append(out);\n</script>"
+    )
+    path = folder / "measured.html"
+    path.write_text(page.replace("</body>", script + "</body>"), encoding="utf-8")
+    opened = chromium(folder / "profile", *args, "--dump-dom", path.as_uri())
+    assert opened.returncode == 0, opened.stderr[-2000:]
+    found = re.search(r'<pre id="measured">(.*?)</pre>', opened.stdout, re.S)
+    assert found is not None, opened.stdout[-2000:]
+    return json.loads(html.unescape(found.group(1)))
 
 
 def artifacts(name: str) -> Path:
