@@ -11,16 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain.agents import create_agent
 from langchain_core.messages import messages_to_dict
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.errors import GraphRecursionError
 
 from loop_guard import LoopGuardConfig
 from loop_guard.cli import main
 from loop_guard.scan import Conversation, load, run_scan, scan_conversation
-from loop_guard.testing import ScriptedChatModel, stubborn
-from tests.support.agents import ToolRuns, ask, make_tools
+from tests.support.agents import record_unguarded_loops
 from tests.support.cli import run_cli
 
 
@@ -168,14 +165,7 @@ def test_a_langgraph_sqlite_checkpoint(tmp_path: Path) -> None:
     """A thread of an unguarded agent, read from its SQLite checkpoints, with --thread."""
     database = tmp_path / "agent.sqlite"
     saver = SqliteSaver(sqlite3.connect(database, check_same_thread=False))
-    agent = create_agent(
-        ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"}))),
-        make_tools(ToolRuns()),
-        checkpointer=saver,
-    )
-    for thread in ("looping", "other"):
-        with pytest.raises(GraphRecursionError):  # unguarded, it loops to the limit
-            agent.invoke(ask(), {"configurable": {"thread_id": thread}, "recursion_limit": 30})
+    record_unguarded_loops(saver, ("looping", "other"))
     status, out, _ = scan("--json", "--thread", "looping", str(database))
     assert status == 1
     [report] = json.loads(out)

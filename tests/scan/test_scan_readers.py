@@ -21,21 +21,18 @@ from typing import Any
 
 import ormsgpack
 import pytest
-from langchain.agents import create_agent
 from langchain_core.load import dumpd
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer, _msgpack_default
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.errors import GraphRecursionError
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 import loop_guard.scan
 from loop_guard import LoopGuardConfig, ToolPolicy
-from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support import ROOT
-from tests.support.agents import ToolRuns, ask, make_tools
+from tests.support.agents import record_unguarded_loops
 from tests.support.cli import run_cli
 
 FIELDS = dataclasses.fields(LoopGuardConfig)
@@ -228,18 +225,6 @@ def test_a_bad_variable_is_a_message_and_status_2_not_a_silent_clean_scan(
 # --- checkpoint databases: SQLite and PostgreSQL -----------------------------------------------
 
 
-def run_agent(saver: BaseCheckpointSaver[Any], threads: tuple[str, ...]) -> None:
-    """An unguarded agent reading a missing file until the recursion limit, per thread."""
-    agent = create_agent(
-        ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"}))),
-        make_tools(ToolRuns()),
-        checkpointer=saver,
-    )
-    for thread in threads:
-        with pytest.raises(GraphRecursionError):
-            agent.invoke(ask(), {"configurable": {"thread_id": thread}, "recursion_limit": 30})
-
-
 def start_postgres() -> str:
     """The URL of a PostgreSQL server for these tests.
 
@@ -299,9 +284,11 @@ def test_a_langgraph_postgres_checkpointer_is_read_like_sqlite(
     """The same threads in PostgreSQL and in SQLite give the same findings."""
     with postgres_saver(postgres) as saver:
         saver.setup()
-        run_agent(saver, ("looping", "other"))
+        record_unguarded_loops(saver, ("looping", "other"))
     database = tmp_path / "agent.sqlite"
-    run_agent(SqliteSaver(sqlite3.connect(database, check_same_thread=False)), ("looping", "other"))
+    record_unguarded_loops(
+        SqliteSaver(sqlite3.connect(database, check_same_thread=False)), ("looping", "other")
+    )
     db_name = postgres.rsplit("/", 1)[1]
 
     status, out, err = scan("--json", "--thread", "looping", postgres)
@@ -339,7 +326,7 @@ def test_the_postgres_reader_takes_the_settings_flags_and_pi(postgres: str) -> N
     """Replaying production threads with the settings they run."""
     with postgres_saver(postgres) as saver:
         saver.setup()
-        run_agent(saver, ("looping",))
+        record_unguarded_loops(saver, ("looping",))
     _, out, _ = scan("--json", "--block-threshold", "7", "--pi", postgres)
     assert json.loads(out)[0]["first_block"] == 7
     assert scan("--ignore-tools", "read_file", postgres)[0] == 0
@@ -626,7 +613,9 @@ def clean_env() -> dict[str, str]:
 @pytest.fixture
 def agent_database(tmp_path: Path) -> Path:
     database = tmp_path / "checkpoints.sqlite"
-    run_agent(SqliteSaver(sqlite3.connect(database, check_same_thread=False)), ("looping",))
+    record_unguarded_loops(
+        SqliteSaver(sqlite3.connect(database, check_same_thread=False)), ("looping",)
+    )
     return database
 
 
@@ -668,7 +657,7 @@ def test_each_extra_brings_what_its_reader_needs(
         source = request.getfixturevalue("postgres")
         with postgres_saver(source) as saver:
             saver.setup()
-            run_agent(saver, ("looping",))
+            record_unguarded_loops(saver, ("looping",))
     done = run([str(command), "scan", "--json", source], cwd=tmp_path, env=clean_env())
     assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout)[0]["first_block"] == 5

@@ -11,14 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain.agents import create_agent
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.errors import GraphRecursionError
 
-from loop_guard.testing import ScriptedChatModel, stubborn
-from tests.support.agents import ToolRuns, ask, make_tools
+from tests.support.agents import record_unguarded_loops
 from tests.support.cli import run_cli
 
 OLD = "2025-01-06T10:00:00+00:00"  # the time the "old" thread last changed
@@ -38,14 +35,7 @@ def database(tmp_path: Path) -> Path:
     """Two threads of an unguarded, looping agent: `recent` (now) and `old` (`OLD`)."""
     path = tmp_path / "agent.sqlite"
     saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))
-    agent = create_agent(
-        ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"}))),
-        make_tools(ToolRuns()),
-        checkpointer=saver,
-    )
-    for thread in ("old", "recent"):
-        with pytest.raises(GraphRecursionError):
-            agent.invoke(ask(), {"configurable": {"thread_id": thread}, "recursion_limit": 30})
+    record_unguarded_loops(saver, ("old", "recent"))
     restamp(saver, "old", OLD)
     return path
 

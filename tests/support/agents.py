@@ -282,6 +282,24 @@ def guarded_agent(
     raise ValueError(f"unknown face {face!r}")
 
 
+def record_unguarded_loops(checkpointer: Any, threads: Sequence[str]) -> None:
+    """An unguarded agent reading a missing file until the recursion limit, in each of
+    `threads` of `checkpointer`: looping threads for the scan to find."""
+    from langchain.agents import create_agent  # the `agents` extra, for these faces only
+    from langgraph.errors import GraphRecursionError
+
+    from loop_guard.testing import ScriptedChatModel, stubborn
+
+    agent = create_agent(
+        ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"}))),
+        make_tools(ToolRuns()),
+        checkpointer=checkpointer,
+    )
+    for thread in threads:
+        with pytest.raises(GraphRecursionError):
+            agent.invoke(ask(), {"configurable": {"thread_id": thread}, "recursion_limit": 30})
+
+
 WORKER = Path(__file__).with_name("worker.py")
 
 
