@@ -11,20 +11,31 @@ Found, the distance is the repeated unit's length, and the reply's tail is eithe
 
 - *exact*: the same unit back to back (the distance holds for the whole tail), or
 - *near*: made of a few sentences or lines only (at most `_VARIANTS`), in any order,
-  each many times: one anchor sentence followed by one of a few variants.
+  each many times: one anchor sentence followed by one of a few variants; or
+- *counted*: the same sentence back to back but for its counter ("Step 41: let me try
+  again." then "Step 42: …"), found as an exact unit once digits are masked.
 
 Either is a loop once it covers `min_chars` characters, the unit having come at least three
 times (near: `_NEAR_OCCURRENCES` sentences). What looks repetitive and is not stays below
 that: a table's or a list's rows differ, code repeats a line here and there, a refrain
 comes back after a new verse, a divider is short. Data needs four times as much: a unit
-without a letter, or inside a code block. Two exact repetitions are runaways sooner:
+without a letter, or inside a code block. Exact repetitions are runaways sooner:
 
 - a *chant*, a unit of `_CHANT_UNIT` characters or more with a letter, `_CHANT_COPIES`
   times or more, outside a code block (or a whole line of code, in a block of a
   programming language): half of `min_chars`;
 - *symbols*, a unit with neither letter nor digit (emoji, dashes, blank lines, an ASCII
   art line) `_SYMBOL_COPIES` times or more: `min_chars`. A frame's sides come fewer times,
-  and digits are numbers: they keep the room of data.
+  and digits are numbers: they keep the room of data;
+- a *run-on*, a unit of words, numbers and spaces only that is not one value between
+  spaces ("0123456789012" or "1 2 3 4 5 6 7 " over and over), in a code block too:
+  `min_chars`. Its copies run together in one line with nothing between them, where data
+  has separators: a fill of zeros between spaces or commas, rows, objects, tags.
+
+A counted sentence needs `_COUNTED_FACTOR` times `min_chars`, outside a code block, and a
+sentence with one number: three words or more, a sentence's end and no table's pipes. Logs
+are quoted in code blocks and their lines hold several numbers; rows of data are no
+sentences.
 
 The work per check is bounded by the window it looks at (C string searches and
 comparisons), so watching a reply costs time linear in its length.
@@ -47,9 +58,16 @@ _SYMBOLS_FACTOR = 4  # how much more text a unit of symbols only must cover
 _CHANT_UNIT = 5  # characters of a unit that makes a chant, at least
 _CHANT_COPIES = 10  # copies of it back to back, at least
 _SYMBOL_COPIES = 64  # copies of a unit of symbols that make a runaway, at least
+_COUNTED_FACTOR = 2  # how much more text a sentence whose counter alone changes must cover
 _LETTER = re.compile(r"[^\W\d_]")  # a letter, in any script
 _DIGIT = re.compile(r"\d")
 _WORDS = re.compile(r"[^\W\d_]+")
+_PLAIN = re.compile(r"[\w \t]+")  # words, numbers and spaces: no punctuation, no line break
+_NUMBER = re.compile(r"[0-9]+")
+_NOT_WORD = re.compile(r"\W")
+# Digits masked, so that the copies of a sentence that differ in a counter alone are alike.
+# Every ASCII character is in the table (most map to themselves): none is looked up in vain.
+_MASK_DIGITS = str.maketrans({chr(c): "0" if "1" <= chr(c) <= "9" else chr(c) for c in range(128)})
 _SENTENCE_WORDS = 3  # words of a sentence, at least: most pieces of a near-repetition are
 _FENCE = "```"  # opens and closes a markdown code block
 _FENCE_TAG = re.compile(r"```[ \t]*([^\s`]*)")  # a code block's opening, and its language
@@ -63,6 +81,8 @@ _ENDS = ".!?\u3002\uff01\uff1f"  # what ends a sentence, in Latin and CJK script
 _PIECE = re.compile(rf"[^\n{_ENDS}]+[{_ENDS}]*")
 # Where a cut may end: after a line break or a sentence's end, so the text kept reads whole.
 _BOUNDARY = re.compile(rf"\n|[{_ENDS}](?=\s)|\s")
+# A sentence's end: Latin punctuation before a space, CJK punctuation anywhere.
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|[\u3002\uff01\uff1f]")
 
 DEFAULT_MIN_CHARS = 1000
 """The repeated text, back to back, that makes a loop by default (about 250 tokens)."""
@@ -114,6 +134,7 @@ class TextWatch:
         "_checked",
         "_fences",
         "_kept",
+        "_masked",
         "_min_chars",
         "_pending",
         "_pending_chars",
@@ -132,6 +153,7 @@ class TextWatch:
         self._pieces: deque[str] = deque()
         self._kept = 0  # characters in `_pieces`
         self._recent = ""
+        self._masked = ""  # `_recent` with its digits masked
         self._checked = 0  # characters of the reply checked
         self._fences = 0  # code fences in them
         self._pending: list[str] = []  # chunks since the last check
@@ -182,8 +204,16 @@ class TextWatch:
         while self._kept - len(pieces[0]) >= self._window:
             self._kept -= len(pieces.popleft())
         recent = self._recent = (recent + new)[-_RECENT:]
-        # The common case, on the recent text alone: its last words are new.
-        if len(recent) < 2 * _NEEDLE or recent.rfind(recent[-_NEEDLE:], 0, -1) < 0:
+        masked = self._masked = (self._masked + new.translate(_MASK_DIGITS))[-_RECENT:]
+        if len(recent) < 2 * _NEEDLE:
+            return None
+        needle = recent[-_NEEDLE:]
+        # The common case, on the recent text alone: its last words are new, and so they
+        # are with digits masked (without a digit, they are their own mask), or they end no
+        # counted sentence.
+        if recent.rfind(needle, 0, -1) < 0 and (
+            masked[-_NEEDLE:] == needle or _counter_period(recent, masked) is None
+        ):
             return None
         tail = "".join(pieces)
         found = _repetition_at_end(tail, self._min_chars, self._fences)
@@ -213,26 +243,39 @@ def find_repetition(text: str, min_chars: int = DEFAULT_MIN_CHARS) -> Repetition
 def _repetition_at_end(text: str, min_chars: int, fences: int) -> Repetition | None:
     """The repetition `text` ends in, if it is long enough to be a loop; `fences`: the
     code fences of the reply up to the end of `text`."""
-    end = len(text)
-    if end < 2 * _NEEDLE:
+    if len(text) < 2 * _NEEDLE:
         return None
-    needle_at = end - _NEEDLE
-    needle = text[needle_at:]
-    # The nearest earlier occurrence (it may overlap the needle, for a short unit).
-    previous = text.rfind(needle, max(0, needle_at - _MAX_PERIOD), end - 1)
-    if previous < 0:
-        return None  # the common case: the reply's last words are new
-    period = needle_at - previous
     fences -= text.count(_FENCE)  # those before `text`: counted only for a candidate
-    found = _exact(text, period, min_chars, fences)
-    return found if found is not None else _near(text, min_chars, fences)
+    period = _period(text)
+    if period is not None:
+        found = _exact(text, period, min_chars, fences) or _near(text, min_chars, fences)
+        if found is not None:
+            return found
+    return _counted(text, min_chars, fences)
+
+
+def _period(text: str) -> int | None:
+    """How far back the last `_NEEDLE` characters of `text` came before, nearest first (it
+    may overlap them, for a short unit); `None` when they are new."""
+    needle_at = len(text) - _NEEDLE
+    previous = text.rfind(text[needle_at:], max(0, needle_at - _MAX_PERIOD), len(text) - 1)
+    return None if previous < 0 else needle_at - previous
 
 
 def _exact(text: str, period: int, min_chars: int, fences: int) -> Repetition | None:
     """The unit of `period` characters back to back at the end of `text`, if it covers
-    enough: how far back the tail equals the text one period before it."""
-    end = len(text)
-    room = end - period  # the longest tail that has text one period before it
+    enough."""
+    covered = _covered(text, period)
+    if covered < 3 * period or covered < _needed(text, period, covered, min_chars, fences):
+        return None
+    start = len(text) - covered + period
+    return Repetition(_boundary(text, start, period), period, covered // period)
+
+
+def _covered(text: str, period: int) -> int:
+    """The characters at the end of `text` that are a unit of `period` characters back to
+    back: the tail that equals the text one period before it, and that unit before it."""
+    room = len(text) - period  # the longest tail that has text one period before it
     holds, fails = _NEEDLE, room + 1  # the needle's recurrence says `holds` holds
     # Gallop, then halve: a few comparisons, each a C memcmp.
     while holds < room:
@@ -247,11 +290,7 @@ def _exact(text: str, period: int, min_chars: int, fences: int) -> Repetition | 
             holds = middle
         else:
             fails = middle
-    covered = holds + period
-    if covered < 3 * period or covered < _needed(text, period, covered, min_chars, fences):
-        return None
-    start = end - covered + period
-    return Repetition(_boundary(text, start, period), period, covered // period)
+    return holds + period
 
 
 def _periodic(text: str, period: int, length: int) -> bool:
@@ -295,23 +334,79 @@ def _near(text: str, min_chars: int, fences: int) -> Repetition | None:
     return None
 
 
+def _counted(text: str, min_chars: int, fences: int) -> Repetition | None:
+    """The sentence a model keeps saying with only a counter changing ("Step 41: let me
+    try again.", "Step 42: let me try again.", …): the unit back to back at the end of
+    `text` once digits are masked, over twice `min_chars`, outside a code block, and a
+    sentence with one number (`_counter_sentence`). Logs are quoted in code blocks, a log
+    line holds several numbers, and rows of data are no sentences."""
+    span = _COUNTED_FACTOR * min_chars
+    if len(text) < span:
+        return None
+    period = _counter_period(text, text[-_RECENT:].translate(_MASK_DIGITS))
+    if period is None:
+        return None
+    covered = _covered(text.translate(_MASK_DIGITS), period)
+    start = len(text) - covered
+    if covered < max(span, 3 * period) or _fenced(text, start, fences):
+        return None
+    return Repetition(_boundary(text, start + period, period), period, covered // period)
+
+
+def _counter_period(text: str, masked: str) -> int | None:
+    """The unit's length, when the end of `text` repeats a sentence with a counter, numbers
+    aside; `masked`: the end of `text` with its digits masked."""
+    period = _period(masked)
+    return period if period is not None and _counter_sentence(text[-period:]) else None
+
+
+def _counter_sentence(unit: str) -> bool:
+    """Whether `unit`, a repeated unit, is a sentence with a counter: one number, three
+    words or more, a sentence's end, and no table's pipes."""
+    if "|" in unit:
+        return False
+    # The unit turned to begin after a character that is no part of a word or a number,
+    # so that none of them is split between its two ends.
+    cut = _NOT_WORD.search(unit)
+    if cut is None:
+        return False
+    turned = unit[cut.end() :] + unit[: cut.end()]
+    return (
+        len(_NUMBER.findall(turned)) == 1
+        and len(_WORDS.findall(turned)) >= _SENTENCE_WORDS
+        and _SENTENCE_END.search(turned + turned[:1]) is not None
+    )
+
+
 def _needed(text: str, period: int, covered: int, min_chars: int, fences: int) -> int:
     """The text that the unit of `period` characters ending `text`, back to back over
     `covered` characters, must cover to make a loop: half of `min_chars` for a chant,
-    `min_chars` for prose and for many copies of symbols, four times as much for data (a
-    unit without a letter: dividers, matrices, dumps; anything in a code block but a line
-    of code: logs, traces and data are quoted there)."""
+    `min_chars` for prose, for many copies of symbols and for a unit that runs on in one
+    line (`_runs_on`), four times as much for other data (a unit without a letter:
+    dividers, matrices, dumps; anything in a code block but a line of code: logs, traces
+    and data are quoted there)."""
     unit = text[len(text) - period :]
     copies = covered // period
     start = len(text) - covered
+    data = min_chars if _runs_on(unit) else _SYMBOLS_FACTOR * min_chars
     if not _LETTER.search(unit):
         many_symbols = copies >= _SYMBOL_COPIES and not _DIGIT.search(unit)
-        return min_chars if many_symbols else _SYMBOLS_FACTOR * min_chars
+        return min_chars if many_symbols else data
     fenced = _fenced(text, start, fences)
     chant = period >= _CHANT_UNIT and copies >= _CHANT_COPIES
     if chant and (not fenced or ("\n" in unit and _in_code(text, start))):
         return min_chars // 2
-    return _SYMBOLS_FACTOR * min_chars if fenced else min_chars
+    return data if fenced else min_chars
+
+
+def _runs_on(unit: str) -> bool:
+    """Whether copies of `unit` back to back run on in one line with no separator but
+    spaces: made of words, numbers and spaces only, and not one value between spaces. Data
+    has its separators: a fill of zeros ("0 0 0", "0.0, 0.0"), rows, objects, tags."""
+    if not _PLAIN.fullmatch(unit):
+        return False
+    values = set(unit.split())
+    return len(values) != 1 or unit in values
 
 
 def _fenced(text: str, at: int, fences: int) -> bool:

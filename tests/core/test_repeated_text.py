@@ -87,15 +87,64 @@ def test_a_line_of_code_is_a_short_chant_in_a_block_of_code_only() -> None:
 
 def test_symbols_need_a_loop_of_min_chars_and_many_copies() -> None:
     """Symbols alone, the same unit many times: `min_chars`. Fewer copies of a long line
-    (a frame's sides) and digits (numbers, matrices) need four times as much."""
+    (a frame's sides) and digits between separators (numbers, matrices) need four times as
+    much."""
     assert find_repetition("=" * 900) is None
     assert find_repetition("=" * 1100) is not None
     side = "|" + " " * 58 + "|\n"  # 60 characters
     assert find_repetition(side * 60) is None  # 3,600 characters, 60 copies
     assert find_repetition(side * 66) is not None
-    assert find_repetition("0" * 3500) is None
-    assert find_repetition("0" * 4500) is not None
+    assert find_repetition("0, " * 1150) is None
+    assert find_repetition("0, " * 1400) is not None
     assert find_repetition("ab " * 1200) is not None
+
+
+def test_a_unit_running_on_in_one_line_is_cut_at_min_chars_in_a_code_block_too() -> None:
+    """Digits, letters and spaces back to back, verbatim, with neither line break nor
+    punctuation: a runaway whatever its alphabet. A value between separators (a fill of
+    zeros) and a whole line (a row) keep the room of data."""
+    for unit in ("0123456789012", "1 2 3 4 5 6 7 ", "abcdefghijklm"):
+        assert find_repetition("```\n" + unit * (950 // len(unit))) is None, unit
+        assert find_repetition("```\n" + unit * (1100 // len(unit))) is not None, unit
+    assert find_repetition("0" * 900) is None
+    assert find_repetition("0" * 1100) is not None
+    for data in ("0 ", "0.0, ", "[0, 0], ", "0,0,0,0,0,0,0,0\n", "0123456789012\n"):
+        assert find_repetition("```\n" + data * (3500 // len(data))) is None, data
+
+
+def counted(line: str, first: int, count: int) -> str:
+    """`line` with its `{n}` counting from `first`, `count` times."""
+    return "".join(line.format(n=n) for n in range(first, first + count))
+
+
+STEP = "Step {n}: let me try the same query again.\n"  # 43 characters at two digits
+
+
+def test_a_sentence_whose_counter_alone_changes_is_cut_at_twice_min_chars() -> None:
+    intro = "The query timed out.\n"
+    text = intro + counted(STEP, 41, 200)
+    found = find_repetition(text)
+    assert found is not None
+    assert text[: found.start].rstrip() == intro + STEP.format(n=41).rstrip()
+    assert found.period == len(STEP.format(n=41))
+    assert find_repetition(intro + counted(STEP, 41, 45)) is None  # 1,935 characters
+    assert find_repetition(intro + counted(STEP, 41, 50)) is not None  # 2,150
+    assert find_repetition(intro + counted(STEP, 41, 50), min_chars=2000) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "```\n" + counted(STEP, 41, 100) + "```\n",  # quoted in a code block: a log
+        counted("| {n} | open | no booking yet. |\n", 10, 80),  # a table's rows
+        counted("{n},open,no booking yet\n", 10, 100),  # CSV rows: no sentence
+        counted("Open seats {n}\n", 10, 150),  # a label: no sentence
+        counted("2025-03-14 09:12:{n} INFO Retrying the connection.\n", 10, 50),  # two numbers
+    ],
+    ids=["fenced", "table", "csv", "label", "log"],
+)
+def test_counted_rows_of_data_are_no_loop(text: str) -> None:
+    assert find_repetition(text) is None
 
 
 def test_the_cut_keeps_one_copy_and_ends_at_a_sentence() -> None:

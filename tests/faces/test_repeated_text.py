@@ -34,6 +34,7 @@ from loop_guard import (
     guard_tools,
 )
 from loop_guard._messages import REPLY
+from loop_guard._repeated_text import find_repetition
 from loop_guard._reply_watch import REPEATED_TEXT_MARK
 from loop_guard.scan import Conversation, scan_conversation
 from loop_guard.testing import (
@@ -196,7 +197,11 @@ def test_every_loop_of_the_catalogue_is_cut_after_its_prefix(text: Text, mode: M
     assert len(cut.text) < len(text.text)
     assert messages[-1].text == ANSWER
     if mode == "stream":
-        assert model.chunks * 16 < len(text.text) + 16 * 2  # stopped before the end
+        # Stopped by the loop's `cut_by` characters of repetition, give or take a unit, a
+        # check and a few chunks: the rest was never generated.
+        found = find_repetition(text.text)
+        assert found is not None
+        assert model.chunks * 16 <= len(text.prefix) + text.cut_by + 2 * found.period + 64 + 48
 
 
 def test_a_cut_reply_keeps_its_tool_call_and_is_steered_after_it() -> None:

@@ -19,6 +19,7 @@ from loop_guard.cli import main
 from loop_guard.scan import Conversation, load, run_scan, scan_conversation
 from tests.support.agents import record_unguarded_loops
 from tests.support.cli import run_cli
+from tests.support.texts import LOOPS, NOT_LOOPS
 
 
 def openai_call(n: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +76,23 @@ def test_a_recorded_loop_is_reported_with_call_indices(tmp_path: Path) -> None:
     assert report["stop"] == {"call": 7, "reason": "abort_threshold"}
     assert [f["kind"] for f in report["findings"]] == ["steer", "block", "block", "block", "stop"]
     assert report["findings"][0]["args"] == {"path": "notes.md"}
+
+
+@pytest.mark.parametrize(
+    "name", ["fenced_digits", "fenced_counting", "counted_steps", "index_table", "sql_inserts"]
+)
+def test_a_recorded_reply_is_read_by_the_rules_of_repeated_text(name: str, tmp_path: Path) -> None:
+    """The scan reads a reply as the guard watches one: the catalogue's loops near the rules
+    for run-ons and counted sentences are findings, its look-alikes are not."""
+    (text,) = [text for text in LOOPS + NOT_LOOPS if text.name == name]
+    messages = [
+        {"role": "user", "content": "Find the order."},
+        {"role": "assistant", "content": text.text},
+    ]
+    status, out, _ = scan("--json", str(write(tmp_path / "reply.json", messages)))
+    [report] = json.loads(out)
+    found = [(f["kind"], f["reason"]) for f in report["findings"]]
+    assert (status, found) == ((1, [("steer", "repeated_text")]) if text.loop else (0, []))
 
 
 def test_a_healthy_conversation_is_clean(tmp_path: Path) -> None:

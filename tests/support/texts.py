@@ -157,6 +157,11 @@ _PARAGRAPH = (
     "the old cluster is kept read-only for two weeks before it is finally decommissioned."
 )
 
+_COUNTED_PREFIX = (
+    "The search returned no order, although the order id is in the customer's email. The "
+    "index may lag behind the database by a few seconds, so I will query it again:"
+)
+
 LOOPS: tuple[Text, ...] = (
     # Gemini CLI's own chanting test: the model announces it is done, forever.
     _loop(
@@ -294,8 +299,19 @@ LOOPS: tuple[Text, ...] = (
     _loop("party_emoji", "Deployed to production!", "🎉", 8_000, 1_000),
     _loop("table_flip", "I give up.", "\n(╯°□°)╯︵ ┻━┻", 110 * 13, 1_000),
     _loop("dash_blank", "Summary:", "\n\n-", 680 * 3, 1_000),
-    # Digits without a letter are data: a number pattern needs the room of data.
-    _loop("fenced_digits", "```text\n", "3141592653589", 6_000),
+    # Digits, letters and spaces back to back, with no separator but spaces, run on in one
+    # line: cut within 1,000 characters of repetition, in a code block too.
+    _loop("fenced_digits", "```text\n", "3141592653589", 3_000, 1_000),
+    _loop("fenced_counting", "```\n", "1 2 3 4 5 6 7 ", 3_000, 1_000),
+    # The same sentence with only its counter changing: cut within 2,000 characters.
+    Text(
+        "counted_steps",
+        _COUNTED_PREFIX
+        + "".join(f"\nStep {n}: let me try the same query again." for n in range(41, 241)),
+        loop=True,
+        prefix=_COUNTED_PREFIX,
+        cut_by=2_000,
+    ),
 )
 
 _CHECKS = ("parser", "lexer", "cache", "router", "auth", "billing", "search", "export", "queue")
@@ -595,6 +611,51 @@ _PIPE_COLUMN = "".join(
 _LINES_ASKED = "Here are your lines:\n\n" + "I will not waste chalk.\n" * 18
 _LONG_DIVIDERS = "\n\n".join(f"{_essay(f'part {n}', 300)}\n\n{'=' * 100}" for n in range(1, 6))
 
+# Look-alikes near the rules for a unit that runs on in one line and for a counted sentence.
+_ZERO_VECTOR = "```\n[" + "0 " * 1500 + "0]\n```\n"
+_DEFAULT_OBJECTS_LINE = "```json\n[" + '{"id": null, "tags": []}, ' * 120 + "{}]\n```\n"
+_DIGIT_ROWS = "Test vectors:\n\n```\n" + "3141592653589\n" * 250 + "```\n"
+_BIG_NUMBER = f"2 ** 5000 is:\n\n```\n{2**5000}\n```\n"
+_TASKS = (
+    ("Install", "the package with pip in a fresh virtual environment"),
+    ("Configure", "the database URL in the settings file of the project"),
+    ("Create", "the tables by running the migrations against the new database"),
+    ("Load", "the fixtures that hold the countries, currencies and tax rates"),
+    ("Start", "the development server and open the admin page in a browser"),
+    ("Add", "a superuser account for yourself with a strong password"),
+    ("Import", "last year's orders from the CSV export of the old shop"),
+    ("Check", "that the totals per month match the old shop's reports"),
+)
+_NUMBERED_LIST = "To set the shop up:\n\n" + "".join(
+    f"{n}. {verb} {what} for the {part} service.\n"
+    for n, ((verb, what), part) in enumerate(zip(_TASKS * 5, _PARTS * 4), start=1)
+)
+_SHORT_STEPS = "Steps:\n\n" + "".join(
+    f"{n}. {verb} the {thing}.\n"
+    for n, (verb, thing) in enumerate(
+        ((v, t) for v in ("Open", "Check", "Save") for t in _PARTS), start=1
+    )
+)
+_SQL_INSERTS = "".join(
+    f"INSERT INTO users (id, name, email, role) VALUES ({100 + i}, "
+    f"'{_pick(_FIRST, 'sql', i)} {_pick(_LAST, 'sql last', i)}', 'user{100 + i}@example.com', "
+    f"'{_pick(('admin', 'editor', 'viewer'), 'sql role', i)}');\n"
+    for i in range(60)
+)
+_LOG_MESSAGES = (
+    "Connected to the database.", "Loaded the settings from config.yaml.",
+    "Started the scheduler.", "Retrying the connection to the cache.",
+    "Processed a batch of orders.", "Sent the daily report.",
+)  # fmt: skip
+_LOG_LINES = "".join(
+    f"2025-03-14 09:{12 + i // 60:02d}:{i % 60:02d} "
+    f"{_pick(('INFO', 'INFO', 'WARN'), 'log level', i)} {_pick(_LOG_MESSAGES, 'log', i)}\n"
+    for i in range(80)
+)
+_INDEX_TABLE = "| Seat | State | Note |\n|---|---|---|\n" + "".join(
+    f"| {n} | free | Nobody has booked this seat yet. |\n" for n in range(1, 81)
+)
+
 NOT_LOOPS: tuple[Text, ...] = (
     _ok("results_table", _TABLE),
     _ok("shared_prefix_list", _SHARED_PREFIX),
@@ -644,4 +705,13 @@ NOT_LOOPS: tuple[Text, ...] = (
     _ok("pipe_column", _PIPE_COLUMN),
     _ok("lines_asked", _LINES_ASKED),
     _ok("long_dividers", _LONG_DIVIDERS),
+    _ok("zero_vector", _ZERO_VECTOR),
+    _ok("default_objects_line", _DEFAULT_OBJECTS_LINE),
+    _ok("digit_rows", _DIGIT_ROWS),
+    _ok("big_number", _BIG_NUMBER),
+    _ok("numbered_list", _NUMBERED_LIST),
+    _ok("short_steps", _SHORT_STEPS),
+    _ok("sql_inserts", _SQL_INSERTS),
+    _ok("log_lines", _LOG_LINES),
+    _ok("index_table", _INDEX_TABLE),
 )
