@@ -196,8 +196,10 @@ class LoopGuardConfig:
             repetitions (see Repeated text).
         repeated_text_chars: How much text must repeat back to back before a reply is
             cut, in characters (>= 100; about 4 per token). A short unit said ten
-            times or more needs half as much; data (a unit without a letter, text in a
-            code block) four times as much, but for many copies of symbols alone.
+            times or more needs half as much, a sentence whose counter alone changes
+            twice as much; data (a unit without a letter, text in a code block) four
+            times as much, but for many copies of symbols alone and for words, numbers
+            and spaces running on in one line.
         tools: A `ToolPolicy` per tool name: thresholds, ignore rules, normalisers.
 
     Raises:
