@@ -628,7 +628,7 @@ _TASKS = (
 )
 _NUMBERED_LIST = "To set the shop up:\n\n" + "".join(
     f"{n}. {verb} {what} for the {part} service.\n"
-    for n, ((verb, what), part) in enumerate(zip(_TASKS * 5, _PARTS * 4), start=1)
+    for n, ((verb, what), part) in enumerate(zip(_TASKS * 5, _PARTS * 4, strict=True), start=1)
 )
 _SHORT_STEPS = "Steps:\n\n" + "".join(
     f"{n}. {verb} the {thing}.\n"
