@@ -83,21 +83,29 @@ def worked_on(messages: Sequence[BaseMessage]) -> bool:
     return any(_is_response(message) for message in messages[start or 0 :])
 
 
-def last_response(messages: Sequence[BaseMessage]) -> AIMessage | None:
-    """The last model response with tool calls: after a handoff or a delegation, the one
-    whose results were handed to the agent starting now (what other agents reported
-    may follow it).
+def handed_over_response(messages: Sequence[BaseMessage]) -> AIMessage | None:
+    """The model response whose results were handed to the agent starting now: the last
+    one with tool calls, when nothing but other agents' reports on the work (`is_report`)
+    follows it among the replies; `None` when an agent ended its turn with a reply.
 
     Examples:
         >>> from langchain_core.messages import AIMessage, ToolMessage
         >>> task = AIMessage("", tool_calls=[{"name": "to_w", "args": {}, "id": "c1"}])
-        >>> history = [task, ToolMessage("ok", tool_call_id="c1"), AIMessage("Found A")]
-        >>> last_response(history) is task
+        >>> history = [task, ToolMessage("ok", tool_call_id="c1")]
+        >>> handed_over_response([*history, AIMessage("Found A", name="w")]) is task
+        True
+        >>> handed_over_response([*history, AIMessage("Done")]) is None
         True
     """
+    replies: list[AIMessage] = []
     for message in reversed(messages):
-        if isinstance(message, AIMessage) and message.tool_calls:
-            return message
+        if isinstance(message, AIMessage):
+            if not message.tool_calls:
+                replies.append(message)
+            elif all(is_report(reply, message.name) for reply in replies):
+                return message
+            else:
+                return None
     return None
 
 
