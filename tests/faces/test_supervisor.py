@@ -1,7 +1,9 @@
 """Loops between agents (SPEC §9) in a supervisor graph: a `create_agent` supervisor with
 `LoopGuardMiddleware` delegating through `langgraph-supervisor`'s handoff tool to a worker
-agent, which reports back to it. Re-delegating the same task with the same report is a
-streak; a new task or a new report is progress. Only the chat models are scripted.
+agent, which reports back to it; and `create_supervisor`'s own supervisor, watched by the
+callback handler with its handoff tools guarded. Re-delegating the same task with the same
+report is a streak; a new task or a new report is progress. Only the chat models are
+scripted.
 """
 
 from __future__ import annotations
@@ -13,10 +15,18 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph_supervisor import create_handoff_tool
+from langgraph_supervisor import create_handoff_tool, create_supervisor
 
-from loop_guard import GUARD_NAME, GuardEvent, LoopGuardMiddleware
+from loop_guard import (
+    GUARD_NAME,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    guard_tools,
+)
 from loop_guard.testing import ScriptedChatModel
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
 
@@ -36,6 +46,10 @@ class Supervisor:
         self.events: list[GuardEvent] = []
         self.delegations = 0
         self.new_tasks, self.new_findings = new_tasks, new_findings
+        self.config: dict[str, Any] = {"recursion_limit": 100}
+        self.app = self._build()
+
+    def _build(self) -> Any:
         supervisor = create_agent(
             ScriptedChatModel(script=self._supervise),
             [create_handoff_tool(agent_name="worker")],
@@ -48,10 +62,12 @@ class Supervisor:
         graph.add_node("worker", worker)
         graph.add_edge(START, "supervisor")
         graph.add_edge("worker", "supervisor")
-        self.app = graph.compile()
+        return graph.compile()
 
     def _supervise(self, messages: Sequence[BaseMessage], index: int) -> AIMessage:
-        reports = sum(isinstance(m, AIMessage) and m.name == "worker" for m in messages)
+        reports = sum(
+            isinstance(m, AIMessage) and m.name == "worker" and not m.tool_calls for m in messages
+        )  # not the hand-back `create_supervisor` writes for the worker
         if reports >= TASKS:
             return AIMessage(content="Here is the summary.")
         task = f"Research topic {reports + 1}." if self.new_tasks else "Research the topic."
@@ -66,10 +82,34 @@ class Supervisor:
 
     def run(self, sync: bool) -> list[BaseMessage]:
         payload = {"messages": [HumanMessage("Summarise the research")]}
-        config: Any = {"recursion_limit": 100}
         if sync:
-            return list(self.app.invoke(payload, config)["messages"])
-        return list(asyncio.run(self.app.ainvoke(payload, config))["messages"])
+            return list(self.app.invoke(payload, self.config)["messages"])
+        return list(asyncio.run(self.app.ainvoke(payload, self.config))["messages"])
+
+
+class PrebuiltSupervisor(Supervisor):
+    """The same supervisor built by `create_supervisor` (no middleware): its handoff tool
+    guarded by `guard_tools`, the callback handler in the parent graph's run config."""
+
+    def _build(self) -> Any:
+        guard = LoopGuard(on_event=self.events.append)
+        self.config["callbacks"] = [LoopGuardCallbackHandler(guard)]
+        self.config["configurable"] = {"thread_id": "t"}
+        worker = create_agent(ScriptedChatModel(script=self._work), [], name="worker")
+        handoffs = guard_tools([create_handoff_tool(agent_name="worker")], guard)
+        supervisor = create_supervisor(
+            [worker], model=ScriptedChatModel(script=self._supervise), tools=handoffs
+        )
+        return supervisor.compile(checkpointer=InMemorySaver())
+
+
+BUILT = pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(Supervisor, id="create_agent-middleware"),
+        pytest.param(PrebuiltSupervisor, id="create_supervisor-handler"),
+    ],
+)
 
 
 @SYNC
@@ -97,6 +137,26 @@ def test_a_supervisor_delegating_the_same_task_again_is_stopped(sync: bool) -> N
 
 
 @SYNC
+def test_create_supervisor_delegating_the_same_task_again_is_stopped(sync: bool) -> None:
+    """`create_supervisor`'s own supervisor, the same task and report each time: the steer
+    rides on the 4th delegation's answer, the 5th is blocked, and the stop ends the graph;
+    at most 4 delegations ran, every call answered."""
+    supervisor = PrebuiltSupervisor(new_tasks=False, new_findings=False)
+    messages = supervisor.run(sync)
+    assert_valid_history(messages)
+    assert supervisor.delegations <= 4
+    steered = [m for m in messages if isinstance(m, ToolMessage) and "LOOP GUARD" in m.text]
+    assert steered[0].text.startswith("Successfully transferred to worker")
+    assert len(blocked(messages)) == 3
+    last = messages[-1]
+    assert isinstance(last, AIMessage)
+    assert last.name == GUARD_NAME
+    assert last.text.startswith("Stopped by loop_guard")
+    assert [event.kind for event in supervisor.events][-1] == "stop"
+
+
+@SYNC
+@BUILT
 @pytest.mark.parametrize(
     ("new_tasks", "new_findings"),
     [
@@ -106,11 +166,11 @@ def test_a_supervisor_delegating_the_same_task_again_is_stopped(sync: bool) -> N
     ],
 )
 def test_a_supervisor_handing_out_new_work_runs_to_its_end(
-    sync: bool, new_tasks: bool, new_findings: bool
+    sync: bool, kind: type[Supervisor], new_tasks: bool, new_findings: bool
 ) -> None:
     """Each delegation carries new work (a task of its own, or findings the worker reports
     back): ten delegations, then the supervisor's answer, and no event."""
-    supervisor = Supervisor(new_tasks=new_tasks, new_findings=new_findings)
+    supervisor = kind(new_tasks=new_tasks, new_findings=new_findings)
     messages = supervisor.run(sync)
     assert supervisor.events == []
     assert supervisor.delegations == TASKS
