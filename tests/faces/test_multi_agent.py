@@ -7,7 +7,6 @@ are scripted.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,52 +21,15 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 from langgraph_swarm import create_handoff_tool, create_swarm
 
-from loop_guard import GUARD_NAME, ExitBehavior, GuardEvent, LoopGuardMiddleware
-from loop_guard.testing import ScriptedChatModel, stubborn
+from loop_guard import GUARD_NAME, GuardEvent, LoopGuardMiddleware
+from loop_guard.testing import ScriptedChatModel
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
+from tests.support.between import PingPong
 
 SYNC = pytest.mark.parametrize(
     "sync",
     [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
 )
-
-
-class PingPong:
-    """Two agents, alice and bob, each handing the task to the other whatever they are told."""
-
-    def __init__(
-        self, checkpointer: Any = None, exit_behavior: ExitBehavior = "end", **compile_options: Any
-    ) -> None:
-        self.events: list[tuple[str, GuardEvent]] = []
-        self.models: dict[str, ScriptedChatModel] = {}
-        self.exit_behavior = exit_behavior
-        agents = [self._agent("alice", "bob"), self._agent("bob", "alice")]
-        swarm = create_swarm(agents, default_active_agent="alice")
-        self.app = swarm.compile(checkpointer=checkpointer or InMemorySaver(), **compile_options)
-
-    def _agent(self, name: str, other: str) -> Any:
-        script = stubborn((f"transfer_to_{other}", {}), answer=f"{name} gives up.")
-        model = ScriptedChatModel(script=script)
-        self.models[name] = model
-        guard = LoopGuardMiddleware(
-            on_event=lambda event: self.events.append((name, event)),
-            exit_behavior=self.exit_behavior,
-        )
-        handoff = create_handoff_tool(agent_name=other)
-        return create_agent(model, [handoff], middleware=[guard], name=name)
-
-    def run(self, payload: Any, sync: bool, thread: str = "t") -> list[BaseMessage]:
-        return list(self.state(payload, sync, thread)["messages"])
-
-    def state(self, payload: Any, sync: bool, thread: str = "t") -> dict[str, Any]:
-        """The swarm's state after a run (`__interrupt__` when it paused for a person)."""
-        config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 100}
-        if sync:
-            return dict(self.app.invoke(payload, config))
-        return dict(asyncio.run(self.app.ainvoke(payload, config)))
-
-    def kinds(self) -> list[str]:
-        return [event.kind for _, event in self.events]
 
 
 def handoffs_before(messages: Sequence[BaseMessage], index: int) -> int:

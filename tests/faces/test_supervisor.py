@@ -8,101 +8,17 @@ scripted.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-from typing import Any
-
 import pytest
-from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph_supervisor import create_handoff_tool, create_supervisor
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from loop_guard import (
-    GUARD_NAME,
-    GuardEvent,
-    LoopGuard,
-    LoopGuardCallbackHandler,
-    LoopGuardMiddleware,
-    guard_tools,
-)
-from loop_guard.testing import ScriptedChatModel
+from loop_guard import GUARD_NAME
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
+from tests.support.between import TASKS, PrebuiltSupervisor, Supervisor
 
 SYNC = pytest.mark.parametrize(
     "sync",
     [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
 )
-TASKS = 10  # how many tasks a supervisor with new work to hand out delegates
-
-
-class Supervisor:
-    """A supervisor that delegates to one worker until it has `TASKS` reports, then
-    answers; `new_tasks`: each delegation says a task of its own (else the same one);
-    `new_findings`: the worker reports something new each time (else the same)."""
-
-    def __init__(self, *, new_tasks: bool, new_findings: bool) -> None:
-        self.events: list[GuardEvent] = []
-        self.delegations = 0
-        self.new_tasks, self.new_findings = new_tasks, new_findings
-        self.config: dict[str, Any] = {"recursion_limit": 100}
-        self.app = self._build()
-
-    def _build(self) -> Any:
-        supervisor = create_agent(
-            ScriptedChatModel(script=self._supervise),
-            [create_handoff_tool(agent_name="worker")],
-            middleware=[LoopGuardMiddleware(on_event=self.events.append)],
-            name="supervisor",
-        )
-        worker = create_agent(ScriptedChatModel(script=self._work), [], name="worker")
-        graph = StateGraph(MessagesState)
-        graph.add_node(supervisor, destinations=("worker", END))
-        graph.add_node("worker", worker)
-        graph.add_edge(START, "supervisor")
-        graph.add_edge("worker", "supervisor")
-        return graph.compile()
-
-    def _supervise(self, messages: Sequence[BaseMessage], index: int) -> AIMessage:
-        reports = sum(
-            isinstance(m, AIMessage) and m.name == "worker" and not m.tool_calls for m in messages
-        )  # not the hand-back `create_supervisor` writes for the worker
-        if reports >= TASKS:
-            return AIMessage(content="Here is the summary.")
-        task = f"Research topic {reports + 1}." if self.new_tasks else "Research the topic."
-        call = {"name": "transfer_to_worker", "args": {}, "id": f"handoff-{index}"}
-        return AIMessage(content=task, tool_calls=[call])
-
-    def _work(self, messages: Sequence[BaseMessage], index: int) -> AIMessage:
-        self.delegations += 1
-        if self.new_findings:
-            return AIMessage(content=f"Finding number {self.delegations}.")
-        return AIMessage(content="Nothing found.")
-
-    def run(self, sync: bool) -> list[BaseMessage]:
-        payload = {"messages": [HumanMessage("Summarise the research")]}
-        if sync:
-            return list(self.app.invoke(payload, self.config)["messages"])
-        return list(asyncio.run(self.app.ainvoke(payload, self.config))["messages"])
-
-
-class PrebuiltSupervisor(Supervisor):
-    """The same supervisor built by `create_supervisor` (no middleware): its handoff tool
-    guarded by `guard_tools`, the callback handler in the parent graph's run config."""
-
-    def _build(self) -> Any:
-        guard = LoopGuard(on_event=self.events.append)
-        self.config["callbacks"] = [LoopGuardCallbackHandler(guard)]
-        self.config["configurable"] = {"thread_id": "t"}
-        worker = create_agent(ScriptedChatModel(script=self._work), [], name="worker")
-        handoffs = guard_tools([create_handoff_tool(agent_name="worker")], guard)
-        supervisor = create_supervisor(
-            [worker], model=ScriptedChatModel(script=self._supervise), tools=handoffs
-        )
-        return supervisor.compile(checkpointer=InMemorySaver())
-
-
 BUILT = pytest.mark.parametrize(
     "kind",
     [
