@@ -83,6 +83,32 @@ def worked_on(messages: Sequence[BaseMessage]) -> bool:
     return any(_is_response(message) for message in messages[start or 0 :])
 
 
+def handed_over_response(messages: Sequence[BaseMessage]) -> AIMessage | None:
+    """The model response whose results were handed to the agent starting now: the last
+    one with tool calls, when nothing but other agents' reports on the work (`is_report`)
+    follows it among the replies; `None` when an agent ended its turn with a reply.
+
+    Examples:
+        >>> from langchain_core.messages import AIMessage, ToolMessage
+        >>> task = AIMessage("", tool_calls=[{"name": "to_w", "args": {}, "id": "c1"}])
+        >>> history = [task, ToolMessage("ok", tool_call_id="c1")]
+        >>> handed_over_response([*history, AIMessage("Found A", name="w")]) is task
+        True
+        >>> handed_over_response([*history, AIMessage("Done")]) is None
+        True
+    """
+    replies: list[AIMessage] = []
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            if not message.tool_calls:
+                replies.append(message)
+            elif all(is_report(reply, message.name) for reply in replies):
+                return message
+            else:
+                return None
+    return None
+
+
 def request_start(
     messages: Sequence[BaseMessage], known: RequestStarts | None = None
 ) -> int | None:
@@ -180,6 +206,9 @@ def is_user_message(message: BaseMessage) -> bool:
     )
 
 
+HANDOFF_KEY = "__handoff_destination"
+"""Where a handoff's answer names the agent it went to (`langgraph-supervisor`)."""
+
 Observer = Callable[[Call, Sequence[Decision]], object]
 """Receives each replayed call with the decisions it led to (for the offline scan)."""
 
@@ -233,6 +262,7 @@ def catch_up(
         later = messages[index + 1 : end]
         calls = calls_of(message)
         answers = answers_to(calls, later)
+        reports = [m for m in later if is_report(m, message.name)]
         state, decisions = engine.open_batch(state, calls, tokens_of(message))
         for call, answer in zip(calls, answers, strict=True):
             if answer is None:
@@ -242,15 +272,55 @@ def catch_up(
             if isinstance(verdict, Proceed) and not is_marked(answer, BLOCK_MARK):
                 result = result_of(
                     answer, engine.config.normalizers(call.tool), tools, args=call.args
-                )
+                ).carrying(news_of(message, answer, reports))
                 state, recorded = engine.record_result(state, call, result)
                 decisions = (*decisions, *recorded)
             if observe is not None and decisions:
                 observe(call, decisions)
             decisions = ()
-        if end < len(messages) or any(map(_delivers_steer, later)):
+        if end < len(messages) or any(
+            _delivers_steer(m) for m in later if not is_report(m, message.name)
+        ):
             state, _ = engine.take_steer(state)
     return _cut_replies(engine, state, messages[replies:], replies, observe)
+
+
+def is_report(message: BaseMessage, agent: str | None) -> bool:
+    """Whether a message is another agent's report on work handed to it: a reply with no
+    tool calls by a named agent other than `agent` (whose response it follows).
+
+    Examples:
+        >>> from langchain_core.messages import AIMessage
+        >>> is_report(AIMessage("Found A", name="worker"), "supervisor")
+        True
+        >>> is_report(AIMessage("Done", name="supervisor"), "supervisor")
+        False
+    """
+    return (
+        isinstance(message, AIMessage)
+        and not message.tool_calls
+        and message.name not in (None, agent, GUARD_NAME)
+    )
+
+
+def news_of(response: AIMessage, answer: ToolMessage, reports: Sequence[BaseMessage]) -> list[str]:
+    """The new work a call's answer came with from other agents: the task the response
+    wrote, when the call handed it over (its answer names where to, as the handoffs of
+    `langgraph-supervisor` do), and the reports of the agents that worked after it.
+
+    Examples:
+        >>> from langchain_core.messages import AIMessage, ToolMessage
+        >>> task = AIMessage("Research B", tool_calls=[{"name": "to_w", "args": {}, "id": "1"}])
+        >>> moved = ToolMessage(
+        ...     "ok", tool_call_id="1", response_metadata={"__handoff_destination": "w"}
+        ... )
+        >>> news_of(task, moved, [AIMessage("Found C", name="w")])
+        ['Research B', 'Found C']
+    """
+    news = [str(report.text) for report in reports]
+    if HANDOFF_KEY in answer.response_metadata and response.text:
+        news.insert(0, response.text)
+    return news
 
 
 def _cut_replies(

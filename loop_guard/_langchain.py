@@ -293,6 +293,20 @@ def tool_message_of(output: Any) -> ToolMessage | None:
     return None
 
 
+def hands_over(output: Any) -> bool:
+    """Whether a tool's output hands the run to another agent (a `Command` that goes to
+    another node: a swarm's or a supervisor's handoff). Its result is what the history
+    shows once that agent worked (the task, the agent's report: `_history.news_of`), so
+    the live faces leave it to be read from there.
+
+    Examples:
+        >>> from langgraph.types import Command
+        >>> hands_over(Command(goto="bob", graph=Command.PARENT)), hands_over("ok")
+        (True, False)
+    """
+    return isinstance(output, Command) and bool(output.goto)
+
+
 def duplicate_of(
     output: Any, original: Call, call_id: str, normalizers: Sequence[Normalizer] = ()
 ) -> ToolMessage | None:

@@ -6,7 +6,8 @@ import hashlib
 import itertools
 import re
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, final
 
 from loop_guard._fingerprint import args_fingerprint, result_fingerprint
@@ -156,6 +157,24 @@ class Result:
         _set(result, "variant", variant)
         _set(result, "error_reported", reported)
         return result
+
+    def carrying(self, news: Sequence[str]) -> Result:
+        """This result with the new work that came with it from other agents (the task a
+        handoff hands over, what the agent it went to reported back): new work is
+        progress, so the same answer carrying other news is another result.
+
+        Examples:
+            >>> moved = Result.of("Successfully transferred to worker")
+            >>> moved.carrying([]) is moved
+            True
+            >>> moved.carrying(["Found A"]) == moved.carrying(["Found B"])
+            False
+        """
+        if not news:
+            return self
+        return replace(
+            self, fingerprint=result_fingerprint([self.fingerprint, *news], is_error=self.is_error)
+        )
 
 
 # A tool that returns its failure instead of raising it says so first: "Error: flight

@@ -22,6 +22,7 @@ from loop_guard._langchain import (
     answers_to,
     calls_of,
     error_result,
+    hands_over,
     last_batch,
     result_of,
     stop_messages,
@@ -339,7 +340,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         try:
             if tracked is not None:
                 session, call, args = tracked
-                if session.awaits_result(call):
+                if session.awaits_result(call) and not hands_over(output):
                     if result is None:
                         normalizers = self.guard.config.normalizers(call.tool)
                         result = result_of(output, normalizers, args=args)

@@ -39,7 +39,7 @@ from loop_guard._conversation import follow_history
 from loop_guard._events import GuardEvent
 from loop_guard._faces import ashared_run, attach_sinks, shared_run
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._history import current_request, question_of, worked_on
+from loop_guard._history import current_request, handed_over_response, question_of, worked_on
 from loop_guard._judge import aask_judge, ask_judge
 from loop_guard._langchain import (
     PersonDecision,
@@ -224,7 +224,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         if left is None and worked_on(messages):
             # The results of the last response were handed over to this agent: no guard
             # saw them live, so what they lead to (a steer) is this agent's to publish.
-            reply, _ = last_batch(messages)
+            reply = handed_over_response(messages)
             handed_over = set() if reply is None else set(keys_of(reply))
             reached: list[Decision] = []
 

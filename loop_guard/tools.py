@@ -28,6 +28,7 @@ from loop_guard._langchain import (
     STEER_MARK,
     calls_of,
     error_result,
+    hands_over,
     last_batch,
     messages_of,
     position_of,
@@ -274,7 +275,8 @@ class GuardedTool(BaseTool):
         try:
             normalizers = self.guard.config.normalizers(call.tool)
             result = None
-            if session.awaits_result(call):  # else the handler recorded it already
+            # Recorded already by the handler; a handoff's, from the history (`hands_over`).
+            if session.awaits_result(call) and not hands_over(output):
                 result = result_of(output, normalizers, args=call.args)
                 session.record_result(call, result)
             deliver = self.deliver_steer

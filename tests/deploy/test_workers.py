@@ -17,13 +17,11 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
-import os
 import queue
 import subprocess
 import sys
 import tempfile
 import threading
-import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,51 +41,6 @@ STOP = "ai[loop_guard]:Stopped by loop_guard"
 ASK = "human[]:Summarise notes.md"
 
 Reply = dict[str, Any]
-
-
-# --- the PostgreSQL server --------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> str:
-    """LOOP_GUARD_TEST_POSTGRES_URL, with LangGraph's tables set up; skip without a server."""
-    pytest.importorskip("langgraph.checkpoint.postgres", reason="needs the [postgres] extra")
-    import psycopg
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    url = os.environ.get("LOOP_GUARD_TEST_POSTGRES_URL")
-    if not url:
-        pytest.skip(
-            "no PostgreSQL server: set LOOP_GUARD_TEST_POSTGRES_URL, e.g. "
-            'LOOP_GUARD_TEST_POSTGRES_URL="$(.ci/postgres.sh)"'
-        )
-    try:
-        with psycopg.connect(url, connect_timeout=10):
-            pass
-    except psycopg.OperationalError as error:
-        pytest.skip(
-            f"the PostgreSQL server at LOOP_GUARD_TEST_POSTGRES_URL does not answer: {error}"
-        )
-    with PostgresSaver.from_conn_string(url) as saver:
-        saver.setup()
-    return url
-
-
-@pytest.fixture
-def new_thread(postgres_url: str) -> Iterator[Any]:
-    """Fresh thread ids (so tests never share a thread), deleted after the test."""
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    made: list[str] = []
-
-    def make() -> str:
-        made.append(f"workers-{uuid.uuid4()}")
-        return made[-1]
-
-    yield make
-    with PostgresSaver.from_conn_string(postgres_url) as saver:
-        for thread in made:
-            saver.delete_thread(thread)
 
 
 # --- the worker processes ---------------------------------------------------------------------

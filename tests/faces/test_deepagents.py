@@ -333,3 +333,47 @@ def test_with_exit_behavior_ask_a_stopped_subagent_asks_the_person() -> None:
     assert result.startswith("Stopped by loop_guard")
     assert done["messages"][-1].content == f"Report: {result}"
     assert_valid_history(done["messages"])
+
+
+@SYNC
+def test_parallel_subagents_with_the_same_instructions_on_different_inputs_run_to_the_end(
+    sync: bool,
+) -> None:
+    """Two rounds of six `task` calls in parallel, the same instructions on six different
+    files each: every subagent reads its file (the same missing-file error, its own
+    conversation) and answers; every task runs, the main agent reports, no event."""
+    files = [f"/notes-{number}.md" for number in range(12)]
+    rounds = [files[:6], files[6:]]
+
+    def main(results: list[ToolMessage]) -> AIMessage:
+        done = len(results) // 6
+        if done < len(rounds):
+            calls = [
+                ("task", {"description": f"Summarise {name}.", "subagent_type": "general-purpose"})
+                for name in rounds[done]
+            ]
+            return tool_calls_message(*calls)
+        return AIMessage("Report: all files summarised.")
+
+    def sub(messages: Sequence[BaseMessage]) -> AIMessage:
+        name = str(messages[0].content).removeprefix("Summarise ").removesuffix(".")
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return tool_calls_message(("read_file", {"file_path": name}))
+        return AIMessage(f"{name} does not exist.")
+
+    def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        humans = [m for m in messages if isinstance(m, HumanMessage) and m.name != GUARD_NAME]
+        if str(humans[0].content).startswith("Summarise /"):
+            return sub(humans[:1] + list(messages[messages.index(humans[0]) + 1 :]))
+        return main([m for m in current_request(messages) if isinstance(m, ToolMessage)])
+
+    events: list[GuardEvent] = []
+    agent = create_guarded_deep_agent(
+        ScriptedChatModel(script=script), middleware=[LoopGuardMiddleware(on_event=events.append)]
+    )
+    result = ask(agent, sync, {"recursion_limit": 100})
+    messages = result["messages"]
+    assert messages[-1].text == "Report: all files summarised."
+    assert sorted(task_results(messages)) == sorted(f"{name} does not exist." for name in files)
+    assert events == []
+    assert_valid_history(messages)

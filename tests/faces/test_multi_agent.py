@@ -7,7 +7,6 @@ are scripted.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,43 +18,18 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
 from langgraph_swarm import create_handoff_tool, create_swarm
 
 from loop_guard import GUARD_NAME, GuardEvent, LoopGuardMiddleware
-from loop_guard.testing import ScriptedChatModel, stubborn
+from loop_guard.testing import ScriptedChatModel
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
+from tests.support.between import PingPong
 
 SYNC = pytest.mark.parametrize(
     "sync",
     [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
 )
-
-
-class PingPong:
-    """Two agents, alice and bob, each handing the task to the other whatever they are told."""
-
-    def __init__(self, checkpointer: Any = None, **compile_options: Any) -> None:
-        self.events: list[tuple[str, GuardEvent]] = []
-        self.models: dict[str, ScriptedChatModel] = {}
-        agents = [self._agent("alice", "bob"), self._agent("bob", "alice")]
-        swarm = create_swarm(agents, default_active_agent="alice")
-        self.app = swarm.compile(checkpointer=checkpointer or InMemorySaver(), **compile_options)
-
-    def _agent(self, name: str, other: str) -> Any:
-        model = ScriptedChatModel(script=stubborn((f"transfer_to_{other}", {})))
-        self.models[name] = model
-        guard = LoopGuardMiddleware(on_event=lambda event: self.events.append((name, event)))
-        handoff = create_handoff_tool(agent_name=other)
-        return create_agent(model, [handoff], middleware=[guard], name=name)
-
-    def run(self, payload: Any, sync: bool, thread: str = "t") -> list[BaseMessage]:
-        config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 100}
-        if sync:
-            return list(self.app.invoke(payload, config)["messages"])
-        return list(asyncio.run(self.app.ainvoke(payload, config))["messages"])
-
-    def kinds(self) -> list[str]:
-        return [event.kind for _, event in self.events]
 
 
 def handoffs_before(messages: Sequence[BaseMessage], index: int) -> int:
@@ -89,6 +63,40 @@ def test_a_handoff_ping_pong_is_steered_then_stopped_for_the_whole_run(sync: boo
     assert swarm.kinds()[0] == "steer"
     assert swarm.kinds()[-1] == "stop"
     assert swarm.kinds().count("steer") == 1  # published once, by the agent that read it
+
+
+@SYNC
+def test_a_stopped_ping_pong_ends_with_the_answer_of_the_agent_about_to_repeat(
+    sync: bool,
+) -> None:
+    """With `exit_behavior="answer"` the stop ends the swarm's run with the answer of the
+    agent that was about to repeat, asked once, every call answered."""
+    swarm = PingPong(exit_behavior="answer")
+    messages = swarm.run({"messages": [HumanMessage("Plan a trip")]}, sync)
+    assert_valid_history(messages)
+    stopping = swarm.events[-1][0]
+    assert swarm.kinds()[-1] == "stop"
+    assert messages[-1].text == f"{stopping} gives up."
+    assert sum(m.text.endswith("gives up.") for m in messages) == 1
+
+
+@SYNC
+def test_a_stopped_ping_pong_pauses_the_swarm_for_a_person(sync: bool) -> None:
+    """With `exit_behavior="ask"` the stop pauses the whole swarm; a person who rejects
+    the stopping call ends the run with the stop, every call answered."""
+    swarm = PingPong(exit_behavior="ask")
+    paused = swarm.state({"messages": [HumanMessage("Plan a trip")]}, sync)
+    assert "__interrupt__" in paused
+    asked = len(paused["messages"])
+    done = swarm.state(Command(resume={"decisions": [{"type": "reject"}]}), sync)
+    assert "__interrupt__" not in done
+    messages = list(done["messages"])
+    assert len(messages) > asked
+    assert_valid_history(messages)
+    last = messages[-1]
+    assert isinstance(last, AIMessage)
+    assert last.name == GUARD_NAME
+    assert swarm.kinds()[-1] == "stop"
 
 
 def test_each_agent_is_steered_and_blocked_by_the_shared_sequence() -> None:

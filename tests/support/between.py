@@ -1,0 +1,143 @@
+"""Graphs of agents that loop between them (SPEC §9), for the tests of every face and of
+threads resumed by other processes: a `langgraph-swarm` ping-pong and a supervisor with
+its worker. Only the chat models are scripted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph_supervisor import create_handoff_tool as create_delegation_tool
+from langgraph_supervisor import create_supervisor
+from langgraph_swarm import create_handoff_tool, create_swarm
+
+from loop_guard import (
+    ExitBehavior,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    guard_tools,
+)
+from loop_guard.testing import ScriptedChatModel, stubborn
+
+
+class PingPong:
+    """Two agents, alice and bob, each handing the task to the other whatever they are told."""
+
+    def __init__(
+        self, checkpointer: Any = None, exit_behavior: ExitBehavior = "end", **compile_options: Any
+    ) -> None:
+        self.events: list[tuple[str, GuardEvent]] = []
+        self.models: dict[str, ScriptedChatModel] = {}
+        self.exit_behavior = exit_behavior
+        agents = [self._agent("alice", "bob"), self._agent("bob", "alice")]
+        swarm = create_swarm(agents, default_active_agent="alice")
+        self.app = swarm.compile(checkpointer=checkpointer or InMemorySaver(), **compile_options)
+
+    def _agent(self, name: str, other: str) -> Any:
+        script = stubborn((f"transfer_to_{other}", {}), answer=f"{name} gives up.")
+        model = ScriptedChatModel(script=script)
+        self.models[name] = model
+        guard = LoopGuardMiddleware(
+            on_event=lambda event: self.events.append((name, event)),
+            exit_behavior=self.exit_behavior,
+        )
+        handoff = create_handoff_tool(agent_name=other)
+        return create_agent(model, [handoff], middleware=[guard], name=name)
+
+    def run(self, payload: Any, sync: bool, thread: str = "t") -> list[BaseMessage]:
+        return list(self.state(payload, sync, thread)["messages"])
+
+    def state(self, payload: Any, sync: bool, thread: str = "t") -> dict[str, Any]:
+        """The swarm's state after a run (`__interrupt__` when it paused for a person)."""
+        config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 100}
+        if sync:
+            return dict(self.app.invoke(payload, config))
+        return dict(asyncio.run(self.app.ainvoke(payload, config)))
+
+    def kinds(self) -> list[str]:
+        return [event.kind for _, event in self.events]
+
+
+TASKS = 10  # how many tasks a supervisor with new work to hand out delegates
+
+
+class Supervisor:
+    """A supervisor that delegates to one worker until it has `TASKS` reports, then
+    answers; `new_tasks`: each delegation says a task of its own (else the same one);
+    `new_findings`: the worker reports something new each time (else the same). The
+    graph is compiled with `checkpointer` (in memory by default) and `compile_options`;
+    it runs on thread `t`."""
+
+    def __init__(
+        self,
+        *,
+        new_tasks: bool = False,
+        new_findings: bool = False,
+        checkpointer: Any = None,
+        **compile_options: Any,
+    ) -> None:
+        self.events: list[GuardEvent] = []
+        self.delegations = 0
+        self.new_tasks, self.new_findings = new_tasks, new_findings
+        self.config: dict[str, Any] = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
+        self.app = self._build().compile(
+            checkpointer=checkpointer or InMemorySaver(), **compile_options
+        )
+
+    def _build(self) -> StateGraph[Any]:
+        supervisor = create_agent(
+            ScriptedChatModel(script=self._supervise),
+            [create_delegation_tool(agent_name="worker")],
+            middleware=[LoopGuardMiddleware(on_event=self.events.append)],
+            name="supervisor",
+        )
+        worker = create_agent(ScriptedChatModel(script=self._work), [], name="worker")
+        graph = StateGraph(MessagesState)
+        graph.add_node(supervisor, destinations=("worker", END))
+        graph.add_node("worker", worker)
+        graph.add_edge(START, "supervisor")
+        graph.add_edge("worker", "supervisor")
+        return graph
+
+    def _supervise(self, messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        reports = sum(
+            isinstance(m, AIMessage) and m.name == "worker" and not m.tool_calls for m in messages
+        )  # not the hand-back `create_supervisor` writes for the worker
+        if reports >= TASKS:
+            return AIMessage(content="Here is the summary.")
+        task = f"Research topic {reports + 1}." if self.new_tasks else "Research the topic."
+        call = {"name": "transfer_to_worker", "args": {}, "id": f"handoff-{index}"}
+        return AIMessage(content=task, tool_calls=[call])
+
+    def _work(self, messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        self.delegations += 1
+        if self.new_findings:
+            return AIMessage(content=f"Finding number {self.delegations}.")
+        return AIMessage(content="Nothing found.")
+
+    def run(self, sync: bool) -> list[BaseMessage]:
+        payload = {"messages": [HumanMessage("Summarise the research")]}
+        if sync:
+            return list(self.app.invoke(payload, self.config)["messages"])
+        return list(asyncio.run(self.app.ainvoke(payload, self.config))["messages"])
+
+
+class PrebuiltSupervisor(Supervisor):
+    """The same supervisor built by `create_supervisor` (no middleware): its handoff tool
+    guarded by `guard_tools`, the callback handler in the parent graph's run config."""
+
+    def _build(self) -> StateGraph[Any]:
+        guard = LoopGuard(on_event=self.events.append)
+        self.config["callbacks"] = [LoopGuardCallbackHandler(guard)]
+        worker = create_agent(ScriptedChatModel(script=self._work), [], name="worker")
+        handoffs = guard_tools([create_delegation_tool(agent_name="worker")], guard)
+        return create_supervisor(
+            [worker], model=ScriptedChatModel(script=self._supervise), tools=handoffs
+        )

@@ -1,0 +1,99 @@
+"""One process's share of a thread where agents loop between them (SPEC §9).
+
+Usage: python tests/support/between_process.py STORE THREAD SHAPE MODE RESUMES
+
+STORE is a SQLite file or a `postgresql://` URL (the thread's checkpointer). SHAPE is
+`swarm` (`tests.support.between.PingPong`, pausing before each of bob's turns) or
+`supervisor` (`tests.support.between.Supervisor` re-delegating the same task, pausing
+before each of the worker's). MODE is `sync` (`invoke`) or `async` (`ainvoke`, the
+async checkpointer). The process builds its agents and guards afresh, starts the request
+when the thread is empty, then resumes at most RESUMES times while the thread has
+something left to run, and prints the thread's timeline
+(`tests.support.agents.timeline`) as JSON on its last line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def main(store: str, thread: str, shape: str, mode: str, resumes: int) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+    if mode == "sync":
+        with _checkpointer(store) as checkpointer:
+            app = _app(shape, checkpointer)
+            config = _config(thread)
+            if not app.get_state(config).values:
+                app.invoke(_request(shape), config)
+            for _ in range(resumes):
+                if not app.get_state(config).next:
+                    break
+                app.invoke(None, config)
+            messages = app.get_state(config).values["messages"]
+    else:
+        messages = asyncio.run(_arun(store, thread, shape, resumes))
+    from tests.support.agents import timeline
+
+    print(json.dumps(timeline(messages)))
+
+
+async def _arun(store: str, thread: str, shape: str, resumes: int) -> Any:
+    async with _acheckpointer(store) as checkpointer:
+        app = _app(shape, checkpointer)
+        config = _config(thread)
+        if not (await app.aget_state(config)).values:
+            await app.ainvoke(_request(shape), config)
+        for _ in range(resumes):
+            if not (await app.aget_state(config)).next:
+                break
+            await app.ainvoke(None, config)
+        return (await app.aget_state(config)).values["messages"]
+
+
+def _app(shape: str, checkpointer: Any) -> Any:
+    from tests.support.between import PingPong, Supervisor
+
+    if shape == "swarm":
+        return PingPong(checkpointer, interrupt_before=["bob"]).app
+    return Supervisor(checkpointer=checkpointer, interrupt_before=["worker"]).app
+
+
+def _request(shape: str) -> dict[str, Any]:
+    from langchain_core.messages import HumanMessage
+
+    text = "Plan a trip" if shape == "swarm" else "Summarise the research"
+    return {"messages": [HumanMessage(text, id="u1")]}
+
+
+def _config(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}, "recursion_limit": 100}
+
+
+def _checkpointer(store: str) -> contextlib.AbstractContextManager[Any]:
+    if store.startswith("postgresql://"):
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        return PostgresSaver.from_conn_string(store)
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    return SqliteSaver.from_conn_string(store)
+
+
+def _acheckpointer(store: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    if store.startswith("postgresql://"):
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        return AsyncPostgresSaver.from_conn_string(store)
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    return AsyncSqliteSaver.from_conn_string(store)
+
+
+if __name__ == "__main__":
+    store, thread, shape, mode, resumes = sys.argv[1:]
+    main(store, thread, shape, mode, int(resumes))
