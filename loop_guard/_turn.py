@@ -41,6 +41,7 @@ from langgraph.types import Command
 
 from loop_guard import _messages
 from loop_guard._agent_state import session_of
+from loop_guard._compaction import compacted
 from loop_guard._faces import final_answer_failed, results_of, verdicts_of
 from loop_guard._guard import LoopGuard
 from loop_guard._judge import judge_messages, verdict_of
@@ -91,11 +92,13 @@ class Turn(Generic[ResponseT]):
         *,
         exit_behavior: str,
         judge_every: int,
+        compact_repeats: bool = False,
     ) -> None:
         self.guard = guard
         self.request = request
         self.exit_behavior = exit_behavior
         self.judge_every = judge_every
+        self.compact_repeats = compact_repeats
         self.session = session_of(guard, request.state, request.runtime)
         self.history = messages_of(request.state)  # the history before this turn
         self._start = self.session.state  # the state read: changed when it is not this one
@@ -229,6 +232,14 @@ class Turn(Generic[ResponseT]):
                 if isinstance(value, int):
                     update[count] = value + 1
         return ExtendedModelResponse(model_response=reply, command=Command(update=update))
+
+    def sending(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """What the model is sent of `request`: each repeat shown once when the turn
+        compacts repeats (`_compaction`); the history keeps them all."""
+        if not self.compact_repeats:
+            return request
+        sent = compacted(request.messages)
+        return request.override(messages=cast("list[AnyMessage]", sent.messages))
 
     # --- the judge ---------------------------------------------------------------------
 

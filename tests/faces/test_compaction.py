@@ -1,0 +1,232 @@
+"""Repeats shown once in what the model is sent (`compact_repeats`), never in the history.
+
+The model records every list of messages it is sent. Each list must begin with exactly the
+list sent before it (a provider's cached prefix stays valid), a repeated 4 KB result must be
+sent once, and every tool call must keep its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Sequence
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import SummarizationMiddleware
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    messages_to_dict,
+)
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from loop_guard import LoopGuardMiddleware, compact_repeats
+from loop_guard.testing import ScriptedChatModel, tool_calls_message
+from tests.support.agents import assert_valid_history
+
+BIG = "".join(f"line {n:04}: the same four kilobytes every time\n" for n in range(82))[:4096]
+MARK = "[Identical to the result of "
+HEALTHY_STEPS = 10  # distinct calls before each request's loop
+REQUESTS = 3
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_tools() -> list[BaseTool]:
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return BIG if path.startswith("big") else f"contents of {path}"
+
+    return [read_file]
+
+
+class Recorder:
+    """A script that records what the model is sent: some distinct reads, then the same
+    big read forever (calls per reply: `width`, all reading big files from then on)."""
+
+    def __init__(self, width: int = 1) -> None:
+        self.width = width
+        self.sent: list[list[BaseMessage]] = []
+
+    def __call__(self, messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        self.sent.append(list(messages))
+        # Since the user's message, or since the summary that replaced it.
+        asked = [n for n, m in enumerate(messages) if str(m.content).startswith("request ")]
+        turn = sum(isinstance(m, AIMessage) for m in messages[asked[-1] if asked else 0 :])
+        if turn < HEALTHY_STEPS:
+            return tool_calls_message(("read_file", {"path": f"step-{index}.txt"}))
+        return tool_calls_message(*[("read_file", {"path": f"big-{n}"}) for n in range(self.width)])
+
+
+def agent_of(recorder: Recorder, checkpointer: Any, *, chunks: int = 0, before: Any = ()) -> Any:
+    model = ScriptedChatModel(script=recorder, chunk_chars=chunks)
+    guard = LoopGuardMiddleware(compact_repeats=True)
+    return create_agent(model, make_tools(), middleware=[*before, guard], checkpointer=checkpointer)
+
+
+def run(agent: Any, text: str, thread: str, mode: str) -> list[BaseMessage]:
+    payload = {"messages": [HumanMessage(text)]}
+    config = {"configurable": {"thread_id": thread}, "recursion_limit": 200}
+
+    async def consume() -> None:
+        async for _ in agent.astream(payload, config, stream_mode="messages"):
+            pass
+
+    if mode == "invoke":
+        agent.invoke(payload, config)
+    elif mode == "ainvoke":
+        asyncio.run(agent.ainvoke(payload, config))
+    elif mode == "stream":
+        for _ in agent.stream(payload, config, stream_mode="messages"):
+            pass
+    else:
+        asyncio.run(consume())
+    return list(agent.get_state(config).values["messages"])
+
+
+def shown(message: BaseMessage) -> tuple[Any, ...]:
+    """What a provider is sent of a message."""
+    calls = [(c["name"], c["args"], c["id"]) for c in getattr(message, "tool_calls", [])]
+    return (
+        message.type,
+        message.content,
+        message.name,
+        getattr(message, "tool_call_id", ""),
+        calls,
+    )
+
+
+def assert_prefix_stable(sent: Sequence[Sequence[BaseMessage]]) -> None:
+    for number, (before, after) in enumerate(pairwise(sent), start=2):
+        head = [shown(m) for m in after[: len(before)]]
+        assert head == [shown(m) for m in before], f"model call {number} changed its prefix"
+
+
+def assert_sent_once(sent: Sequence[BaseMessage]) -> None:
+    """The big result is sent in full once at most; each repeat names a call answered above in
+    full, and its size."""
+    answered: dict[str, str] = {}
+    for message in sent:
+        if isinstance(message, ToolMessage):
+            content = str(message.content)
+            if content.startswith(MARK):
+                earlier = content.removeprefix(MARK).split(" call ")[1].split(" above")[0]
+                assert f"({len(answered[earlier]):,} characters)" in content
+            answered[message.tool_call_id] = content
+    assert list(answered.values()).count(BIG) <= 1
+    assert_valid_history(sent)
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke", "stream", "astream"])
+def test_fifty_model_calls_three_loops_each_call_extends_the_last(mode: str) -> None:
+    recorder = Recorder()
+    agent = agent_of(recorder, InMemorySaver(), chunks=200 if "stream" in mode else 0)
+    for request in range(REQUESTS):
+        history = run(agent, f"request {request}", "t", mode)
+    assert len(recorder.sent) >= 50
+    assert_prefix_stable(recorder.sent)
+    assert_sent_once(recorder.sent[-1])
+    assert sum(m.content == BIG for m in recorder.sent[-1]) == 1
+    # The history keeps every result as the tool gave it.
+    assert sum(m.content == BIG for m in history if isinstance(m, ToolMessage)) == 3 * 4
+    assert_valid_history(history)
+
+
+def test_parallel_calls_with_identical_results_are_sent_once() -> None:
+    recorder = Recorder(width=3)
+    agent = agent_of(recorder, InMemorySaver())
+    run(agent, "request", "t", "invoke")
+    assert_prefix_stable(recorder.sent)
+    assert_sent_once(recorder.sent[-1])
+
+
+def test_the_guards_repeated_messages_are_sent_once() -> None:
+    recorder = Recorder()
+    agent = agent_of(recorder, InMemorySaver())
+    for request in range(2):
+        run(agent, f"request {request}", "t", "invoke")
+    last = recorder.sent[-1]
+    steers = [m for m in last if isinstance(m, HumanMessage) and m.name == "loop_guard"]
+    assert len(steers) == 2
+    assert steers[1].content.startswith("[Identical to the loop guard's message above")
+    assert_prefix_stable(recorder.sent)
+
+
+def test_compaction_holds_after_a_summary_rewrote_the_history() -> None:
+    summarizer = ScriptedChatModel(script=lambda messages, index: AIMessage("A summary."))
+    summary = SummarizationMiddleware(summarizer, trigger=("messages", 40), keep=("messages", 24))
+    recorder = Recorder()
+    agent = agent_of(recorder, InMemorySaver(), before=[summary])
+    for request in range(REQUESTS):
+        run(agent, f"request {request}", "t", "invoke")
+    summarized = [sent for sent in recorder.sent if "A summary." in str(sent[0].content)]
+    assert summarized, "the history was never summarised"
+    compacted = [sent for sent in summarized if any(MARK in str(m.content) for m in sent)]
+    assert compacted, "nothing was compacted after a summary"
+    for sent in summarized:
+        assert_sent_once(sent)
+
+
+def resume_in_a_fresh_process(database: str) -> None:
+    """Run one more request on the thread, printing what the model was sent."""
+    recorder = Recorder()
+    checkpointer = SqliteSaver(sqlite3.connect(database, check_same_thread=False))
+    run(agent_of(recorder, checkpointer), "request 1", "t", "invoke")
+    print(json.dumps([messages_to_dict(sent) for sent in recorder.sent]))
+
+
+def test_a_thread_resumed_in_a_fresh_process_keeps_its_prefix(tmp_path: Path) -> None:
+    from langchain_core.messages import messages_from_dict
+
+    database = str(tmp_path / "threads.sqlite")
+    recorder = Recorder()
+    checkpointer = SqliteSaver(sqlite3.connect(database, check_same_thread=False))
+    run(agent_of(recorder, checkpointer), "request 0", "t", "invoke")
+    code = (
+        "from tests.faces.test_compaction import resume_in_a_fresh_process as resume; "
+        f"resume({database!r})"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    resumed = [messages_from_dict(sent) for sent in json.loads(done.stdout.splitlines()[-1])]
+    assert_prefix_stable([*recorder.sent, *resumed])
+    assert_sent_once(resumed[-1])
+
+
+def test_a_graphs_model_node_sends_compacted_messages() -> None:
+    """`compact_repeats` in the model node of a hand-built graph guarded by the node."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from loop_guard import LoopGuard, LoopGuardNode, guard_tools
+
+    recorder = Recorder()
+    model = ScriptedChatModel(script=recorder)
+    guard = LoopGuard()
+    builder = StateGraph(MessagesState)
+    builder.add_node(
+        "model", lambda state: {"messages": [model.invoke(compact_repeats(state["messages"]))]}
+    )
+    builder.add_node("tools", ToolNode(guard_tools(make_tools(), guard)))
+    builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", tools_condition)
+    builder.add_edge("tools", "loop_guard")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    for request in range(2):
+        run(graph, f"request {request}", "t", "invoke")
+    assert_prefix_stable(recorder.sent)
+    assert_sent_once(recorder.sent[-1])
+    assert sum(m.content == BIG for m in recorder.sent[-1]) == 1
