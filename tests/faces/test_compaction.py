@@ -12,10 +12,12 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from langchain.agents import create_agent
@@ -230,3 +232,79 @@ def test_a_graphs_model_node_sends_compacted_messages() -> None:
     assert_prefix_stable(recorder.sent)
     assert_sent_once(recorder.sent[-1])
     assert sum(m.content == BIG for m in recorder.sent[-1]) == 1
+
+
+class AnthropicWire(BaseHTTPRequestHandler):
+    """Anthropic's Messages API as far as a request's shape goes: roles alternate, each
+    `tool_use` is answered by a `tool_result` in the next message, no text is empty (a
+    400 otherwise). It answers with the same `read_file` call every time."""
+
+    requests: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        self.requests.append(body)
+        problem = wire_problem(body["messages"])
+        call = {"type": "tool_use", "id": f"toolu_{len(self.requests)}", "name": "read_file"}
+        reply = {
+            "id": f"msg_{len(self.requests)}",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": [{**call, "input": {"path": "big-0"}}],
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+        error = {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
+        data = json.dumps(error if problem else reply).encode()
+        self.send_response(400 if problem else 200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def wire_problem(messages: list[dict[str, Any]]) -> str:
+    """What Anthropic would refuse in `messages`, or ""."""
+    asked: set[str] = set()
+    for number, message in enumerate(messages):
+        if message["role"] != ("user", "assistant")[number % 2]:
+            return f"messages.{number}: roles must alternate"
+        blocks = message["content"]
+        blocks = [{"type": "text", "text": blocks}] if isinstance(blocks, str) else blocks
+        answered = {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
+        if answered != asked:
+            return f"messages.{number}: tool_use ids {asked} answered by {answered}"
+        if any(b["type"] == "text" and not b["text"].strip() for b in blocks):
+            return f"messages.{number}: text content blocks must be non-empty"
+        asked = {b["id"] for b in blocks if b["type"] == "tool_use"}
+    return ""
+
+
+def test_every_compacted_request_is_accepted_on_anthropics_wire_format() -> None:
+    from langchain_anthropic import ChatAnthropic
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), AnthropicWire)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        model = ChatAnthropic(model="claude-test", base_url=url, api_key="test", max_retries=0)  # type: ignore[call-arg]
+        guard = LoopGuardMiddleware(compact_repeats=True)
+        agent = create_agent(model, make_tools(), middleware=[guard], checkpointer=InMemorySaver())
+        for request in range(2):
+            run(agent, f"request {request}", "t", "invoke")
+    finally:
+        server.shutdown()
+    sent = AnthropicWire.requests
+    assert len(sent) >= 14
+    results = [
+        block["content"]
+        for block in sent[-1]["messages"][-1]["content"]
+        if block["type"] == "tool_result"
+    ]
+    assert results
+    assert any(MARK in json.dumps(body) for body in sent)
