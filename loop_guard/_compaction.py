@@ -1,10 +1,11 @@
 """What the model is sent, each repeated result shown once (`compact_repeats`).
 
 A tool result (or a steer, block or stop of the guard's) identical to one earlier in the
-messages is sent as a short line naming the earlier one. The compacted form of a message
-depends only on the messages up to it: while a history only grows, every request starts
-with exactly the messages of the request before it, so a provider's cached prefix stays
-valid. The history itself is never changed; only what the model is sent.
+messages is sent as a short line naming the earlier one and how many messages above it
+is. The compacted form of a message depends only on the messages up to it: while a
+history only grows, every request starts with exactly the messages of the request before
+it, so a provider's cached prefix stays valid. The history itself is never changed; only
+what the model is sent.
 """
 
 from __future__ import annotations
@@ -27,19 +28,41 @@ class Compacted:
 
     Attributes:
         messages: The messages, each repeat shown once.
-        chars_kept_out: Characters of content kept out by the lines replacing repeats.
-        chars_sent: Characters of content in `messages`.
+        sizes: The characters of content of each message sent.
+        kept_out: The characters each message's line kept out (0: sent as it is).
     """
 
     messages: list[BaseMessage]
-    chars_kept_out: int
-    chars_sent: int
+    sizes: list[int]
+    kept_out: list[int]
+
+    @property
+    def chars_sent(self) -> int:
+        """Characters of content in `messages`."""
+        return sum(self.sizes)
+
+    @property
+    def chars_kept_out(self) -> int:
+        """Characters of content kept out by the lines replacing repeats."""
+        return sum(self.kept_out)
+
+
+def tokens_kept_out(chars: int, input_chars: int, input_tokens: int) -> int:
+    """`chars` kept out of a model call's input, in tokens: estimated at the rate of the
+    input it was sent, `input_chars` characters that cost `input_tokens` (0 when unknown).
+
+    Examples:
+        >>> tokens_kept_out(4_000, input_chars=10_000, input_tokens=2_500)
+        1000
+    """
+    return round(chars * input_tokens / input_chars) if input_chars else 0
 
 
 def compact_repeats(messages: Sequence[MessageT]) -> list[MessageT]:
     """`messages` as a model is to be sent them: a tool result identical to an earlier
     one (and a message of the guard identical to an earlier one) replaced by a short
-    line naming the earlier call and its size. Every tool call keeps its answer (its
+    line naming the earlier call, how many messages above it is (a provider may give
+    several calls one id) and its size. Every tool call keeps its answer (its
     `tool_call_id`, `name` and `status`), so every provider accepts the messages.
 
     Only content is compared, exactly; a repeat is replaced only when the line is
@@ -57,8 +80,9 @@ def compact_repeats(messages: Sequence[MessageT]) -> list[MessageT]:
         >>> sent = compact_repeats([HumanMessage("Summarise notes.md"), *step(0), *step(1)])
         >>> len(sent[2].content), sent[4].tool_call_id
         (500, 'call_1')
-        >>> print(sent[4].content)
-        [Identical to the result of read_file call call_0 above (500 characters); not repeated.]
+        >>> print(sent[4].content)  # doctest: +NORMALIZE_WHITESPACE
+        [Identical to the result of read_file call call_0, 2 messages above
+        (500 characters); not repeated.]
     """
     return compacted(messages).messages  # type: ignore[return-value]  # each keeps its type
 
@@ -66,24 +90,29 @@ def compact_repeats(messages: Sequence[MessageT]) -> list[MessageT]:
 def compacted(messages: Sequence[BaseMessage]) -> Compacted:
     """`compact_repeats`, with what it kept out (`Compacted`)."""
     tools: dict[str, str] = {}  # tool-call id -> its tool, as the last AI message named it
-    lines: dict[tuple[str, str, str], str] = {}  # first shown -> the line for its repeats
+    firsts: dict[tuple[str, str, str], tuple[int, str]] = {}  # first shown: where, named
     sent: list[BaseMessage] = []
-    kept_out = chars = 0
-    for message in messages:
+    sizes: list[int] = []
+    kept_out: list[int] = []
+    for index, message in enumerate(messages):
         if isinstance(message, AIMessage):
             tools.update((call["id"] or "", call["name"]) for call in message.tool_calls)
         text, size = _canonical(message.content)
         key = _key(message, text)
-        line = None if key is None else lines.get(key)
-        if key is not None and line is None:
-            lines[key] = _line(message, tools, size)
-        elif line is not None and len(line) < size:
-            message = message.model_copy(update={"content": line})
-            kept_out += size - len(line)
-            size = len(line)
+        first = None if key is None else firsts.get(key)
+        kept = 0
+        if key is not None and first is None:
+            firsts[key] = (index, _earlier(message, tools))
+        elif first is not None:
+            at, earlier = first
+            line = _line(earlier, index - at, size)
+            if len(line) < size:
+                message = message.model_copy(update={"content": line})
+                kept, size = size - len(line), len(line)
         sent.append(message)
-        chars += size
-    return Compacted(sent, kept_out, chars)
+        sizes.append(size)
+        kept_out.append(kept)
+    return Compacted(sent, sizes, kept_out)
 
 
 def _canonical(content: object) -> tuple[str, int]:
@@ -104,12 +133,17 @@ def _key(message: BaseMessage, text: str) -> tuple[str, str, str] | None:
     return None
 
 
-def _line(first: BaseMessage, tools: dict[str, str], size: int) -> str:
-    """The line that stands for a repeat of `first`, shown in full."""
+def _earlier(first: BaseMessage, tools: dict[str, str]) -> str:
+    """What a repeat's line calls the message `first` it repeats."""
     if isinstance(first, ToolMessage):
         call = first.tool_call_id
-        tool = tools.get(call) or first.name or "tool"
-        earlier = f"the result of {tool} call {call}"
-    else:
-        earlier = "the loop guard's message"
-    return f"[Identical to {earlier} above ({size:,} characters); not repeated.]"
+        return f"the result of {tools.get(call) or first.name or 'tool'} call {call},"
+    return "the loop guard's message,"
+
+
+def _line(earlier: str, distance: int, size: int) -> str:
+    """The line that stands for a repeat of `earlier`, shown in full `distance` messages
+    above (which tells it apart from another call given the same id, and which stays
+    true as the messages grow)."""
+    above = "1 message" if distance == 1 else f"{distance} messages"
+    return f"[Identical to {earlier} {above} above ({size:,} characters); not repeated.]"

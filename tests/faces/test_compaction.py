@@ -33,8 +33,9 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from loop_guard import LoopGuardMiddleware, compact_repeats
-from loop_guard.testing import ScriptedChatModel, tool_calls_message
+from loop_guard import LoopCost, LoopGuardMiddleware, compact_repeats
+from loop_guard._state import RequestState
+from loop_guard.testing import ScriptedChatModel, capture_events, tool_calls_message
 from tests.support.agents import assert_valid_history
 
 BIG = "".join(f"line {n:04}: the same four kilobytes every time\n" for n in range(82))[:4096]
@@ -119,15 +120,22 @@ def assert_sent_once(sent: Sequence[BaseMessage]) -> None:
     """The big result is sent in full once at most; each repeat names a call answered above in
     full, and its size."""
     answered: dict[str, str] = {}
-    for message in sent:
+    for index, message in enumerate(sent):
         if isinstance(message, ToolMessage):
             content = str(message.content)
             if content.startswith(MARK):
-                earlier = content.removeprefix(MARK).split(" call ")[1].split(" above")[0]
+                earlier = content.removeprefix(MARK).split(" call ")[1].split(",")[0]
                 assert f"({len(answered[earlier]):,} characters)" in content
+                first = sent[index - messages_above(content)]
+                assert (first.tool_call_id, first.content) == (earlier, answered[earlier])
             answered[message.tool_call_id] = content
     assert list(answered.values()).count(BIG) <= 1
     assert_valid_history(sent)
+
+
+def messages_above(line: str) -> int:
+    """How many messages above a repeat's line says the message it repeats is."""
+    return int(line.split(", ")[1].split(" message")[0])
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke", "stream", "astream"])
@@ -153,6 +161,67 @@ def test_parallel_calls_with_identical_results_are_sent_once() -> None:
     assert_sent_once(recorder.sent[-1])
 
 
+def test_a_reused_tool_call_id_names_the_earlier_result_by_its_distance() -> None:
+    """A provider giving every call the same id: each line says how many messages above
+    the result it repeats is, so the id alone never has to tell two results apart."""
+    call = {"name": "read_file", "args": {}, "id": "call_0"}
+    messages: list[BaseMessage] = [HumanMessage("Summarise the notes.")]
+    for content in [BIG, "other", BIG, "other", BIG]:
+        messages += [AIMessage("", tool_calls=[call]), ToolMessage(content, tool_call_id="call_0")]
+    sent = compact_repeats(messages)
+    lines = [(n, str(m.content)) for n, m in enumerate(sent) if str(m.content).startswith(MARK)]
+    assert [n for n, _ in lines] == [6, 10]
+    assert [n - messages_above(line) for n, line in lines] == [2, 2]
+    assert lines[0][1] == (
+        "[Identical to the result of read_file call call_0, 4 messages above "
+        f"({len(BIG):,} characters); not repeated.]"
+    )
+    # The distance of two messages stays as the messages grow: the prefix holds.
+    assert [shown(m) for m in compact_repeats(messages[:8])] == [shown(m) for m in sent[:8]]
+
+
+def chars(messages: Sequence[BaseMessage]) -> int:
+    return sum(len(str(message.content)) for message in messages)
+
+
+class Metered(Recorder):
+    """A recorder whose replies report, as their input tokens, a quarter of the
+    characters the model was sent."""
+
+    def __call__(self, messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        tokens = chars(messages) // 4
+        usage = {"input_tokens": tokens, "output_tokens": 10, "total_tokens": tokens + 10}
+        return super().__call__(messages, index).model_copy(update={"usage_metadata": usage})
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_what_compaction_kept_out_is_counted_per_request_in_events_and_stats(mode: str) -> None:
+    """Each model call's saving, measured on what the model was sent against the history
+    it stands for: in the request's snapshot, on its stop and in the guard's stats; its
+    tokens at each call's rate of reported input tokens per character."""
+    recorder = Metered()
+    guard = LoopGuardMiddleware(compact_repeats=True)
+    model = ScriptedChatModel(script=recorder)
+    agent = create_agent(model, make_tools(), middleware=[guard], checkpointer=InMemorySaver())
+    totals = LoopCost()
+    with capture_events(guard.guard) as events:
+        for request in range(2):
+            recorder.sent.clear()
+            history = run(agent, f"request {request}", "t", mode)
+            kept = [chars(history[: len(sent)]) - chars(sent) for sent in recorder.sent]
+            rates = [(chars(sent) // 4) / chars(sent) for sent in recorder.sent]
+            expected = (sum(kept), sum(round(k * r) for k, r in zip(kept, rates, strict=True)))
+            assert expected[0] > 3 * len(BIG)
+            assert (events[-1].kind, events[-1].cost.chars_kept_out) == ("stop", expected[0])
+            assert events[-1].cost.tokens_kept_out == expected[1]
+            snapshot = agent.get_state({"configurable": {"thread_id": "t"}}).values["loop_guard"]
+            cost = RequestState.from_dict(snapshot).cost
+            assert (cost.chars_kept_out, cost.tokens_kept_out) == expected
+            totals += cost
+    assert guard.guard.stats.cost.chars_kept_out == totals.chars_kept_out
+    assert guard.guard.stats.cost.tokens_kept_out == totals.tokens_kept_out
+
+
 def test_the_guards_repeated_messages_are_sent_once() -> None:
     recorder = Recorder()
     agent = agent_of(recorder, InMemorySaver())
@@ -161,7 +230,7 @@ def test_the_guards_repeated_messages_are_sent_once() -> None:
     last = recorder.sent[-1]
     steers = [m for m in last if isinstance(m, HumanMessage) and m.name == "loop_guard"]
     assert len(steers) == 2
-    assert steers[1].content.startswith("[Identical to the loop guard's message above")
+    assert steers[1].content.startswith("[Identical to the loop guard's message, ")
     assert_prefix_stable(recorder.sent)
 
 
@@ -188,6 +257,7 @@ def resume_in_a_fresh_process(database: str) -> None:
     print(json.dumps([messages_to_dict(sent) for sent in recorder.sent]))
 
 
+@pytest.mark.slow
 def test_a_thread_resumed_in_a_fresh_process_keeps_its_prefix(tmp_path: Path) -> None:
     from langchain_core.messages import messages_from_dict
 
