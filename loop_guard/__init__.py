@@ -51,6 +51,7 @@ from loop_guard._volatile import normalize_fresh, normalize_volatile
 
 if TYPE_CHECKING:
     from loop_guard._agent_state import LoopGuardState
+    from loop_guard._compaction import compact_repeats
     from loop_guard._langchain import BLOCK_MARK, DUPLICATE_MARK, FINAL_ANSWER_MARK, STEER_MARK
     from loop_guard.callbacks import LoopGuardCallbackHandler
     from loop_guard.graph import LoopGuardNode
@@ -102,6 +103,7 @@ __all__ = [
     "TextWatch",
     "ToolPolicy",
     "aupgrade_thread",
+    "compact_repeats",
     "find_repetition",
     "guard_tools",
     "normalize_fresh",
@@ -117,6 +119,7 @@ _ADAPTERS = {
     "STEER_MARK": "_langchain",
     "LoopGuardCallbackHandler": "callbacks",
     "LoopGuardNode": "graph",
+    "compact_repeats": "_compaction",
     "guard_tools": "tools",
     "ExitBehavior": "middleware",
     "LoopGuardMiddleware": "middleware",

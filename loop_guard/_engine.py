@@ -66,7 +66,7 @@ from typing import cast, final
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
 from loop_guard._detectors import BLOCKS, STEERS, Cycle, steer_broken, window
-from loop_guard._messages import JUDGE, REPLY
+from loop_guard._messages import CONTEXT, JUDGE, REPLY
 from loop_guard._state import (
     ALLOWED,
     BLOCKED,
@@ -413,6 +413,20 @@ class Engine:
         steer = Steer(call=call, message=message, streak=calls, reason="judge", cost=state.cost)
         state.steer = steer
         return state, (judged, steer)
+
+    def kept_out(self, state: RequestState, chars: int, tokens: int = 0) -> Transition:
+        """Compacting a model call's input kept `chars` characters (about `tokens`
+        tokens) out of the model's context: charged to the request (`LoopCost`), under
+        `CONTEXT`. Nothing kept out changes nothing."""
+        if not self.config.enabled or chars <= 0:
+            return state, ()
+        state = clone(state)
+        # Keyed by what the request kept out before: each call's charge is its own, the
+        # same call run again (a retried turn) is the same charge.
+        key = f"{CONTEXT}@{state.cost.chars_kept_out}"
+        call = make_call(CONTEXT, "", None, key, key)
+        kept = LoopCost(chars_kept_out=chars, tokens_kept_out=tokens)
+        return state, (_charge(state, call, kept),)
 
     def asked_about(self, state: RequestState) -> str | None:
         """The key of the call a person is asked about when the request stopped: the

@@ -568,6 +568,18 @@ class Session:
 
         return self._run(record)
 
+    def kept_out(self, chars: int, tokens: int = 0) -> None:
+        """Say that compacting a model call's input kept `chars` characters (about
+        `tokens` tokens) out of the model's context (`LoopCost.chars_kept_out`).
+
+        Examples:
+            >>> guard = LoopGuard()
+            >>> guard.session("thread-1").kept_out(4_000, tokens=1_000)
+            >>> guard.stats.cost.chars_kept_out, guard.stats.cost.tokens_kept_out
+            (4000, 1000)
+        """
+        self._run(lambda state: _no_value(self._engine.kept_out(state, chars, tokens)))
+
     def judge_due(self, every: int) -> bool:
         """Whether the judge is to be asked about the request now (`Engine.judge_due`):
         `every` counted steps since it last was, and recent steps that brought little new."""

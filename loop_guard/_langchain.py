@@ -79,17 +79,22 @@ def calls_of(message: AIMessage) -> tuple[Call, ...]:
     return calls
 
 
-def tokens_of(message: AIMessage) -> int:
-    """The tokens a model response cost, by its `usage_metadata` (0 when it has none).
+def tokens_of(
+    message: AIMessage, count: Literal["total_tokens", "input_tokens"] = "total_tokens"
+) -> int:
+    """The tokens a model response cost, by its `usage_metadata` (0 when it has none);
+    `count` names which (`"input_tokens"`: those of what the model was sent).
 
     Examples:
         >>> usage = {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}
         >>> tokens_of(AIMessage("", usage_metadata=usage)), tokens_of(AIMessage(""))
         (150, 0)
+        >>> tokens_of(AIMessage("", usage_metadata=usage), "input_tokens")
+        120
     """
     usage = message.usage_metadata
     try:
-        return max(int(usage.get("total_tokens") or 0), 0) if usage else 0
+        return max(int(usage.get(count) or 0), 0) if usage else 0
     except (TypeError, ValueError):  # a provider's malformed usage: not counted
         return 0
 

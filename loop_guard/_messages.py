@@ -256,6 +256,10 @@ def same_error_block_text(tool: str) -> str:
 JUDGE = "(judge)"
 """The `tool` of the judge's decisions (`LoopGuardMiddleware(judge=...)`)."""
 
+CONTEXT = "(context)"
+"""The `tool` under which `GuardStats.by_tool` counts what compaction kept out of the
+model's context (`LoopGuardMiddleware(compact_repeats=True)`)."""
+
 
 def judge_steer_text(calls: int) -> str:
     """The steer message when the judge found the agent making no progress."""

@@ -90,6 +90,8 @@ def _attributes(event: GuardEvent) -> dict[str, str | int]:
     attributes["loop_guard.loop.tool_runs"] = cost.tool_runs
     attributes["loop_guard.loop.tokens"] = cost.tokens
     attributes["loop_guard.loop.tool_runs_saved"] = cost.tool_runs_saved
+    attributes["loop_guard.loop.chars_kept_out"] = cost.chars_kept_out
+    attributes["loop_guard.loop.tokens_kept_out"] = cost.tokens_kept_out
     return attributes
 
 

@@ -277,6 +277,15 @@ def _headline(report: Mapping[str, Any]) -> str:
         )
         for tone, title, suffix in (("", "Spent in loops", ""), ("saved", "Saved", "_saved"))
     ]
+    if cost["chars_kept_out"]:
+        tiles.append(
+            _tile(
+                "saved",
+                "<code>compact_repeats</code> would keep out",
+                _compact(cost["chars_kept_out"]),
+                f"characters of context, {_tokens(cost['tokens_kept_out'], _compact)}",
+            )
+        )
     bars = [
         _Bar(
             _NESTED[outcome],
@@ -373,7 +382,7 @@ def _tools(tools: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _cost(cost: Mapping[str, int | None]) -> str:
-    if not any(cost.values()):
+    if not any(cost[key] or cost[f"{key}_saved"] for key, _ in _COSTS):
         return _section("cost", "What loops cost", _NONE)
     pairs = [
         _Pair(name, (spent, saved), (_compact(spent), _compact(saved)))

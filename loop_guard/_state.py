@@ -277,9 +277,9 @@ class RequestState:
         if self.asked_again:
             snapshot["asked_again"] = True
         if self.cost is not NO_COST:  # identity: written at every model call
-            snapshot["cost"] = list(self.cost.to_tuple())
+            snapshot["cost"] = cost_to_json(self.cost)
         if self.unpaid is not NO_COST:
-            snapshot["unpaid"] = list(self.unpaid.to_tuple())
+            snapshot["unpaid"] = cost_to_json(self.unpaid)
         if self.looping:
             snapshot["looping"] = True
         if self.batch_tokens:
@@ -524,6 +524,20 @@ def steer_from_json(row: Any) -> Steer:
     reason, message, streak, tool, fingerprint = row
     call = Call(tool=tool, fingerprint=fingerprint)
     return Steer(call=call, message=message, streak=int(streak), reason=reason)
+
+
+def cost_to_json(cost: LoopCost) -> list[int]:
+    """A cost's counts up to its last that is not 0: a count added in a later version is
+    written only when it is used, so that earlier versions read the snapshot.
+
+    Examples:
+        >>> cost_to_json(LoopCost(2, 1)), cost_to_json(LoopCost(chars_kept_out=9))
+        ([2, 1], [0, 0, 0, 0, 0, 0, 9])
+    """
+    counts = list(cost.to_tuple())
+    while counts and not counts[-1]:
+        counts.pop()
+    return counts
 
 
 def cost_from_json(row: Any) -> LoopCost:

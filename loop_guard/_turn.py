@@ -41,6 +41,7 @@ from langgraph.types import Command
 
 from loop_guard import _messages
 from loop_guard._agent_state import session_of
+from loop_guard._compaction import Compacted, compacted, tokens_kept_out
 from loop_guard._faces import final_answer_failed, results_of, verdicts_of
 from loop_guard._guard import LoopGuard
 from loop_guard._judge import judge_messages, verdict_of
@@ -91,11 +92,14 @@ class Turn(Generic[ResponseT]):
         *,
         exit_behavior: str,
         judge_every: int,
+        compact_repeats: bool = False,
     ) -> None:
         self.guard = guard
         self.request = request
         self.exit_behavior = exit_behavior
         self.judge_every = judge_every
+        self.compact_repeats = compact_repeats
+        self._sent: Compacted | None = None  # the compacted request of the model call
         self.session = session_of(guard, request.state, request.runtime)
         self.history = messages_of(request.state)  # the history before this turn
         self._start = self.session.state  # the state read: changed when it is not this one
@@ -140,6 +144,8 @@ class Turn(Generic[ResponseT]):
 
     def take(self, response: ModelResponse[ResponseT]) -> None:
         """Decide the model's reply (see the module's theory of operation)."""
+        if self._sent is not None:
+            self._decide(lambda _: self._count_kept_out(response.result))
         if self.final_question is not None:
             self._take_final(self._trimmed(response)[0])
             return
@@ -229,6 +235,25 @@ class Turn(Generic[ResponseT]):
                 if isinstance(value, int):
                     update[count] = value + 1
         return ExtendedModelResponse(model_response=reply, command=Command(update=update))
+
+    def sending(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """What the model is sent of `request`: each repeat shown once when the turn
+        compacts repeats (`_compaction`); the history keeps them all."""
+        if not self.compact_repeats:
+            return request
+        sent = self._sent = compacted(request.messages)
+        return request.override(messages=cast("list[AnyMessage]", sent.messages))
+
+    def _count_kept_out(self, result: Sequence[BaseMessage]) -> None:
+        """Tell the session what compacting the model call's request kept out: its
+        characters, and its tokens at the rate of the input tokens the reply reports."""
+        sent, self._sent = self._sent, None
+        if sent is None or not sent.chars_kept_out:
+            return
+        reply = result[-1] if result else None
+        sent_tokens = tokens_of(reply, "input_tokens") if isinstance(reply, AIMessage) else 0
+        kept = sent.chars_kept_out
+        self.session.kept_out(kept, tokens_kept_out(kept, sent.chars_sent, sent_tokens))
 
     # --- the judge ---------------------------------------------------------------------
 

@@ -218,7 +218,13 @@ class LoopCost:
     request). What a stop saved beyond that is what the loop would have gone on to
     cost: a live guard cannot know it, a recording shows it, so the scan counts the
     model calls, tool runs and tokens a recorded conversation spent after the point
-    the guard would have stopped it. `LoopCost` adds up with `+`.
+    the guard would have stopped it.
+
+    *Kept out of the context*: what `LoopGuardMiddleware(compact_repeats=True)` kept
+    out of what the model was sent, summed over its model calls (each call's input
+    counted once); a scan counts what it would keep out of each recorded model call's
+    input. Tokens are estimated from the call's reported input tokens (`usage_metadata`)
+    and the characters it was sent. `LoopCost` adds up with `+`.
 
     Attributes:
         model_calls: Model calls spent in loops.
@@ -227,6 +233,9 @@ class LoopCost:
         tool_runs_saved: Tool runs prevented (and, in a scan, recorded after the stop).
         model_calls_saved: In a scan, model calls recorded after the stop.
         tokens_saved: In a scan, their tokens.
+        chars_kept_out: Characters of repeated results (and of the guard's repeated
+            messages) kept out of the model's context by compaction.
+        tokens_kept_out: Their tokens, estimated (0 when the model reports no usage).
 
     Examples:
         >>> total = LoopCost(model_calls=2, tool_runs=2) + LoopCost(1, tool_runs_saved=1)
@@ -240,6 +249,8 @@ class LoopCost:
     tool_runs_saved: int = 0
     model_calls_saved: int = 0
     tokens_saved: int = 0
+    chars_kept_out: int = 0
+    tokens_kept_out: int = 0
 
     def __add__(self, other: LoopCost) -> LoopCost:
         return LoopCost(
@@ -249,13 +260,15 @@ class LoopCost:
             self.tool_runs_saved + other.tool_runs_saved,
             self.model_calls_saved + other.model_calls_saved,
             self.tokens_saved + other.tokens_saved,
+            self.chars_kept_out + other.chars_kept_out,
+            self.tokens_kept_out + other.tokens_kept_out,
         )
 
     def __bool__(self) -> bool:
         return any(self.to_tuple())
 
-    def to_tuple(self) -> tuple[int, int, int, int, int, int]:
-        """The counts in field order (a snapshot's form)."""
+    def to_tuple(self) -> tuple[int, int, int, int, int, int, int, int]:
+        """The counts in field order (a snapshot's form, `LoopCost(*counts)`)."""
         return (
             self.model_calls,
             self.tool_runs,
@@ -263,6 +276,8 @@ class LoopCost:
             self.tool_runs_saved,
             self.model_calls_saved,
             self.tokens_saved,
+            self.chars_kept_out,
+            self.tokens_kept_out,
         )
 
 

@@ -152,6 +152,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         exit_behavior: ExitBehavior = "end",
         judge: BaseChatModel | str | None = None,
         judge_every: int = 10,
+        compact_repeats: bool = False,
         **options: Unpack[LoopGuardOptions],
     ) -> None:
         """Initialize the loop guard middleware.
@@ -171,6 +172,11 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
                 counted (`GuardStats.judgments`, `judge_tokens`, `'judge'` events).
             judge_every: Counted steps (model responses with tool calls) between two
                 questions to the judge, at least.
+            compact_repeats: Send the model each repeated tool result (and each
+                repeated message of the guard's) once: a later identical one is sent
+                as a short line naming the earlier call (`compact_repeats`). The
+                history keeps every result; the requests stay prefix-stable, so
+                prompt caching holds. Off by default.
             **options: Any setting (`LoopGuardOptions`: `warn_threshold`,
                 `block_threshold`, `abort_threshold`, `ignore_tools`, `tools`, ...); one
                 given wins over `config` and the environment, one not given keeps coming
@@ -192,6 +198,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             self.guard.serve_judge()
         self.judge = _judge_model(judge)
         self.judge_every = judge_every
+        self.compact_repeats = compact_repeats
         attach_sinks(self.guard)
         self.exit_behavior = exit_behavior
         self._tools_learned: Sequence[object] = ()
@@ -281,7 +288,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         while (model_request := turn.next_request()) is not None:
             try:
                 with turn.watching(model_request) as cutter:
-                    response = handler(model_request)
+                    response = handler(turn.sending(model_request))
                 response = turn.watched(response, cutter)
             except RepeatedTextCut as cut:
                 response = turn.cut_short(cut)
@@ -305,7 +312,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         while (model_request := turn.next_request()) is not None:
             try:
                 with turn.watching(model_request) as cutter:
-                    response = await handler(model_request)
+                    response = await handler(turn.sending(model_request))
                 response = turn.watched(response, cutter)
             except RepeatedTextCut as cut:
                 response = turn.cut_short(cut)
@@ -408,7 +415,11 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             self.guard.add_tools((*tool_names(tools), *tools))  # provider dicts by name
             self._tools_learned = tools
         return Turn(
-            self.guard, request, exit_behavior=self.exit_behavior, judge_every=self.judge_every
+            self.guard,
+            request,
+            exit_behavior=self.exit_behavior,
+            judge_every=self.judge_every,
+            compact_repeats=self.compact_repeats,
         )
 
     def _sharing(self, request: ToolCallRequest) -> tuple[str, Call, Sequence[Call]] | None:

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from loop_guard._compaction import compacted, tokens_kept_out
 from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import Engine
 from loop_guard._events import GuardEvent, event_kinds
@@ -159,7 +160,7 @@ def cost_json(cost: LoopCost, *, tokens_reported: bool) -> dict[str, int | None]
     """
     counts: dict[str, int | None] = {**dataclasses.asdict(cost)}
     if not tokens_reported:
-        counts.update(tokens=None, tokens_saved=None)
+        counts.update(tokens=None, tokens_saved=None, tokens_kept_out=None)
     return counts
 
 
@@ -227,7 +228,25 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
             report.findings[first:] = [
                 dataclasses.replace(found, agents=agents) for found in report.findings[first:]
             ]
+    report.cost += _kept_out(messages)
     return report
+
+
+def _kept_out(messages: Sequence[BaseMessage]) -> LoopCost:
+    """What compaction (`compact_repeats`) would keep out of the recorded model calls'
+    inputs: each model call was sent the messages before its response, which compaction
+    sends in the same form at every call, so each message's saving counts once per model
+    call after it. Tokens at the rate of each call's reported input tokens."""
+    sent = compacted(messages)
+    chars = tokens = 0
+    input_chars = kept = 0  # of the messages before, as recorded; kept out of them
+    for message, size, kept_out in zip(messages, sent.sizes, sent.kept_out, strict=True):
+        if isinstance(message, AIMessage) and message.name != GUARD_NAME:
+            chars += kept
+            tokens += tokens_kept_out(kept, input_chars, tokens_of(message, "input_tokens"))
+        input_chars += size + kept_out
+        kept += kept_out
+    return LoopCost(chars_kept_out=chars, tokens_kept_out=tokens)
 
 
 def _loop_agents(
@@ -337,18 +356,27 @@ def print_table(reports: Sequence[Report], out: TextIO) -> None:
 
 
 def describe_cost(cost: LoopCost) -> str:
-    """What loops cost and what the guard saved, in two lines (see `LoopCost`).
+    """What loops cost and what the guard saved, in two lines (see `LoopCost`); a third
+    says what compaction would keep out of the model's context, when it would.
 
     Examples:
         >>> print(describe_cost(LoopCost(model_calls=4, tool_runs=3, tool_runs_saved=1)))
         spent in loops: 4 model calls, 3 tool runs
         saved by the guard: 1 tool run
+        >>> print(describe_cost(LoopCost(chars_kept_out=12_000, tokens_kept_out=3_000)))
+        spent in loops: nothing
+        saved by the guard: nothing
+        compact_repeats would keep out of the context: 12,000 characters, 3,000 tokens
     """
     spent = _counted(("model call", cost.model_calls), ("tool run", cost.tool_runs),
                      ("token", cost.tokens))  # fmt: skip
     saved = _counted(("model call", cost.model_calls_saved), ("tool run", cost.tool_runs_saved),
                      ("token", cost.tokens_saved))  # fmt: skip
-    return f"spent in loops: {spent or 'nothing'}\nsaved by the guard: {saved or 'nothing'}"
+    described = f"spent in loops: {spent or 'nothing'}\nsaved by the guard: {saved or 'nothing'}"
+    kept_out = _counted(("character", cost.chars_kept_out), ("token", cost.tokens_kept_out))
+    if kept_out:
+        described += f"\ncompact_repeats would keep out of the context: {kept_out}"
+    return described
 
 
 def _tokens_reported(reported: int, scanned: int, noun: str) -> str:

@@ -138,3 +138,39 @@ def test_a_new_request_starts_at_no_cost_and_the_stats_keep_the_total() -> None:
             step(session, "read", {"p": request}, "same", 1)
         assert session.state.cost == LoopCost(1, 1, 1)
     assert guard.stats.cost == LoopCost(2, 2, 2)
+
+
+def test_what_compaction_kept_out_is_charged_to_the_request_and_its_events() -> None:
+    """Kept out of two model calls' contexts: the request's cost, the stats (under
+    `(context)`), and the cost a later steer carries; nothing kept out is no charge."""
+    events: list[Any] = []
+    guard = LoopGuard(on_event=events.append, warn_threshold=2)
+    session = guard.session("t")
+    session.kept_out(4_000, tokens=1_000)
+    session.kept_out(0)
+    session.kept_out(4_000, tokens=1_000)
+    for _ in range(2):
+        step(session, "read", {"p": "a"}, "same")
+    kept = LoopCost(chars_kept_out=8_000, tokens_kept_out=2_000)
+    assert session.state.cost == kept + LoopCost(model_calls=1, tool_runs=1)
+    assert events[-1].kind == "steer"
+    assert (events[-1].cost.chars_kept_out, events[-1].cost.tokens_kept_out) == (8_000, 2_000)
+    assert guard.stats.by_tool["(context)"]["chars_kept_out"] == 8_000
+    assert guard.stats.cost.tokens_kept_out == 2_000
+    session.start_request("r2")
+    assert session.state.cost == LoopCost()
+
+
+def test_what_compaction_kept_out_outlives_a_snapshot_older_snapshots_still_load() -> None:
+    session = LoopGuard().session("t")
+    session.kept_out(4_000, tokens=1_000)
+    snapshot = session.state.to_dict()
+    assert RequestState.from_dict(snapshot).cost == LoopCost(
+        chars_kept_out=4_000, tokens_kept_out=1_000
+    )
+    # A snapshot of an earlier version: six counts.
+    older = {**snapshot, "cost": [3, 3, 15, 1, 0, 0]}
+    assert RequestState.from_dict(older).cost == LoopCost(3, 3, 15, 1)
+    # A cost with nothing kept out is written as earlier versions read it.
+    plain = RequestState(cost=LoopCost(3, 3, 15, 1, 2, 20)).to_dict()
+    assert plain["cost"] == [3, 3, 15, 1, 2, 20]

@@ -156,3 +156,29 @@ def test_without_opentelemetry_nothing_imports_it() -> None:
         cwd=ROOT,
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_each_event_carries_what_compaction_kept_out_of_the_context() -> None:
+    """A stuck read of a large file with `compact_repeats=True`: the stop's span event
+    carries the characters kept out of the model's context up to the stop."""
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+
+    from loop_guard import LoopGuardMiddleware
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "the same page\n" * 300
+
+    SPANS.clear()
+    model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
+    guard = LoopGuardMiddleware(compact_repeats=True)
+    agent = create_agent(model, [read_file], middleware=[guard], checkpointer=InMemorySaver())
+    with TRACER.start_as_current_span("agent run"):
+        run(agent, ask(), {"configurable": {"thread_id": "t"}}, "invoke")
+    (span,) = [span for span in SPANS.get_finished_spans() if span.name == "agent run"]
+    stop = span.events[-1].attributes or {}
+    kept_out = guard.guard.stats.cost.chars_kept_out
+    assert stop["loop_guard.loop.chars_kept_out"] == kept_out > 3 * 14 * 300
+    assert stop["loop_guard.loop.tokens_kept_out"] == 0  # the model reported no usage

@@ -36,6 +36,8 @@ COST = {
     "tool_runs_saved": 80,
     "model_calls_saved": 70,
     "tokens_saved": 400_000,
+    "chars_kept_out": 2_400_000,
+    "tokens_kept_out": 600_000,
 }
 LONG_LABEL = '--block-threshold 8 --no-detect-cycles --tools \'{"poll_job": {"volatile": true}}\''
 REPORT: dict[str, Any] = {
@@ -249,8 +251,16 @@ def test_the_outcomes_say_that_they_nest() -> None:
         assert words in text, words
 
 
+def test_what_compaction_would_keep_out_is_a_headline_figure_when_it_would() -> None:
+    text = " ".join(Page(render_page(REPORT)).text)
+    assert "compact_repeats  would keep out 2.4M characters of context, 600k tokens" in text
+    nothing = copy.deepcopy(REPORT)
+    nothing["cost"].update(chars_kept_out=0, tokens_kept_out=0)
+    assert "compact_repeats" not in " ".join(Page(render_page(nothing)).text)
+
+
 def test_tokens_the_model_never_reported_are_said_to_be_unknown_not_zero() -> None:
-    unknown = {"tokens": None, "tokens_saved": None}
+    unknown = {"tokens": None, "tokens_saved": None, "tokens_kept_out": None}
     silent = copy.deepcopy(REPORT)
     silent["threads_with_token_usage"] = 0
     silent["cost"].update(unknown)

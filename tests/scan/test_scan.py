@@ -355,7 +355,8 @@ def test_tokens_the_model_never_reported_are_not_a_measured_zero(tmp_path: Path)
     _, out, _ = scan("--json", str(path))
     [report] = json.loads(out)
     assert report["cost"]["model_calls"] > 0
-    assert (report["cost"]["tokens"], report["cost"]["tokens_saved"]) == (None, None)
+    unknown = ("tokens", "tokens_saved", "tokens_kept_out")
+    assert [report["cost"][key] for key in unknown] == [None, None, None]
     _, text, _ = scan(str(path))
     assert "tokens: not reported by the model" in text
 
@@ -371,3 +372,49 @@ def test_tokens_the_model_never_reported_are_not_a_measured_zero(tmp_path: Path)
     assert report["cost"]["tokens"] == 100 * report["cost"]["model_calls"]
     _, text, _ = scan(str(path), str(measured))
     assert "tokens: reported by the model in 1 of 2 conversations" in text
+
+
+def test_the_scan_says_what_compaction_would_keep_out_of_each_model_call(tmp_path: Path) -> None:
+    """An unguarded loop over a large result, recorded: each model call was sent the
+    messages before its reply, and what `compact_repeats` keeps out of each is summed, its
+    tokens at the call's rate (its reported input tokens per character it was sent)."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import BaseMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.errors import GraphRecursionError
+
+    from loop_guard import compact_repeats
+    from loop_guard.testing import ScriptedChatModel, stubborn, with_usage
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "the same page\n" * 300
+
+    database = tmp_path / "threads.sqlite"
+    saver = SqliteSaver(sqlite3.connect(database, check_same_thread=False))
+    script = with_usage(stubborn(("read_file", {"path": "notes.md"})), 900, 10)
+    agent = create_agent(ScriptedChatModel(script=script), [read_file], checkpointer=saver)
+    config = {"configurable": {"thread_id": "t"}, "recursion_limit": 20}
+    with pytest.raises(GraphRecursionError):
+        agent.invoke({"messages": [HumanMessage("Summarise notes.md")]}, config)
+
+    def chars(messages: list[BaseMessage]) -> int:
+        return sum(len(str(message.content)) for message in messages)
+
+    [conversation] = load(database)
+    history = conversation.messages
+    sent = compact_repeats(history)
+    inputs = [n for n, message in enumerate(history) if message.type == "ai"]
+    kept = [chars(history[:n]) - chars(sent[:n]) for n in inputs]
+    tokens = sum(round(k * 900 / chars(history[:n])) for k, n in zip(kept, inputs, strict=True))
+    assert sum(kept) > 20 * len("the same page\n" * 300)  # each repeat, again at every call
+    _, out, _ = scan("--json", str(database))
+    [report] = json.loads(out)
+    assert (report["cost"]["chars_kept_out"], report["cost"]["tokens_kept_out"]) == (
+        sum(kept),
+        tokens,
+    )
+    _, text, _ = scan(str(database))
+    said = f"compact_repeats would keep out of the context: {sum(kept):,} characters, {tokens:,}"
+    assert said in text

@@ -1,0 +1,380 @@
+"""Repeats shown once in what the model is sent (`compact_repeats`), never in the history.
+
+The model records every list of messages it is sent. Each list must begin with exactly the
+list sent before it (a provider's cached prefix stays valid), a repeated 4 KB result must be
+sent once, and every tool call must keep its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import SummarizationMiddleware
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    messages_to_dict,
+)
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from loop_guard import LoopCost, LoopGuardMiddleware, compact_repeats
+from loop_guard._state import RequestState
+from loop_guard.testing import ScriptedChatModel, capture_events, tool_calls_message
+from tests.support.agents import assert_valid_history
+
+BIG = "".join(f"line {n:04}: the same four kilobytes every time\n" for n in range(82))[:4096]
+MARK = "[Identical to the result of "
+HEALTHY_STEPS = 10  # distinct calls before each request's loop
+REQUESTS = 3
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_tools() -> list[BaseTool]:
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return BIG if path.startswith("big") else f"contents of {path}"
+
+    return [read_file]
+
+
+class Recorder:
+    """A script that records what the model is sent: some distinct reads, then the same
+    big read forever (calls per reply: `width`, all reading big files from then on)."""
+
+    def __init__(self, width: int = 1) -> None:
+        self.width = width
+        self.sent: list[list[BaseMessage]] = []
+
+    def __call__(self, messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        self.sent.append(list(messages))
+        # Since the user's message, or since the summary that replaced it.
+        asked = [n for n, m in enumerate(messages) if str(m.content).startswith("request ")]
+        turn = sum(isinstance(m, AIMessage) for m in messages[asked[-1] if asked else 0 :])
+        if turn < HEALTHY_STEPS:
+            return tool_calls_message(("read_file", {"path": f"step-{index}.txt"}))
+        return tool_calls_message(*[("read_file", {"path": f"big-{n}"}) for n in range(self.width)])
+
+
+def agent_of(recorder: Recorder, checkpointer: Any, *, chunks: int = 0, before: Any = ()) -> Any:
+    model = ScriptedChatModel(script=recorder, chunk_chars=chunks)
+    guard = LoopGuardMiddleware(compact_repeats=True)
+    return create_agent(model, make_tools(), middleware=[*before, guard], checkpointer=checkpointer)
+
+
+def run(agent: Any, text: str, thread: str, mode: str) -> list[BaseMessage]:
+    payload = {"messages": [HumanMessage(text)]}
+    config = {"configurable": {"thread_id": thread}, "recursion_limit": 200}
+
+    async def consume() -> None:
+        async for _ in agent.astream(payload, config, stream_mode="messages"):
+            pass
+
+    if mode == "invoke":
+        agent.invoke(payload, config)
+    elif mode == "ainvoke":
+        asyncio.run(agent.ainvoke(payload, config))
+    elif mode == "stream":
+        for _ in agent.stream(payload, config, stream_mode="messages"):
+            pass
+    else:
+        asyncio.run(consume())
+    return list(agent.get_state(config).values["messages"])
+
+
+def shown(message: BaseMessage) -> tuple[Any, ...]:
+    """What a provider is sent of a message."""
+    calls = [(c["name"], c["args"], c["id"]) for c in getattr(message, "tool_calls", [])]
+    return (
+        message.type,
+        message.content,
+        message.name,
+        getattr(message, "tool_call_id", ""),
+        calls,
+    )
+
+
+def assert_prefix_stable(sent: Sequence[Sequence[BaseMessage]]) -> None:
+    for number, (before, after) in enumerate(pairwise(sent), start=2):
+        head = [shown(m) for m in after[: len(before)]]
+        assert head == [shown(m) for m in before], f"model call {number} changed its prefix"
+
+
+def assert_sent_once(sent: Sequence[BaseMessage]) -> None:
+    """The big result is sent in full once at most; each repeat names a call answered above in
+    full, and its size."""
+    answered: dict[str, str] = {}
+    for index, message in enumerate(sent):
+        if isinstance(message, ToolMessage):
+            content = str(message.content)
+            if content.startswith(MARK):
+                earlier = content.removeprefix(MARK).split(" call ")[1].split(",")[0]
+                assert f"({len(answered[earlier]):,} characters)" in content
+                first = sent[index - messages_above(content)]
+                assert (first.tool_call_id, first.content) == (earlier, answered[earlier])
+            answered[message.tool_call_id] = content
+    assert list(answered.values()).count(BIG) <= 1
+    assert_valid_history(sent)
+
+
+def messages_above(line: str) -> int:
+    """How many messages above a repeat's line says the message it repeats is."""
+    return int(line.split(", ")[1].split(" message")[0])
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke", "stream", "astream"])
+def test_fifty_model_calls_three_loops_each_call_extends_the_last(mode: str) -> None:
+    recorder = Recorder()
+    agent = agent_of(recorder, InMemorySaver(), chunks=200 if "stream" in mode else 0)
+    for request in range(REQUESTS):
+        history = run(agent, f"request {request}", "t", mode)
+    assert len(recorder.sent) >= 50
+    assert_prefix_stable(recorder.sent)
+    assert_sent_once(recorder.sent[-1])
+    assert sum(m.content == BIG for m in recorder.sent[-1]) == 1
+    # The history keeps every result as the tool gave it.
+    assert sum(m.content == BIG for m in history if isinstance(m, ToolMessage)) == 3 * 4
+    assert_valid_history(history)
+
+
+def test_parallel_calls_with_identical_results_are_sent_once() -> None:
+    recorder = Recorder(width=3)
+    agent = agent_of(recorder, InMemorySaver())
+    run(agent, "request", "t", "invoke")
+    assert_prefix_stable(recorder.sent)
+    assert_sent_once(recorder.sent[-1])
+
+
+def test_a_reused_tool_call_id_names_the_earlier_result_by_its_distance() -> None:
+    """A provider giving every call the same id: each line says how many messages above
+    the result it repeats is, so the id alone never has to tell two results apart."""
+    call = {"name": "read_file", "args": {}, "id": "call_0"}
+    messages: list[BaseMessage] = [HumanMessage("Summarise the notes.")]
+    for content in [BIG, "other", BIG, "other", BIG]:
+        messages += [AIMessage("", tool_calls=[call]), ToolMessage(content, tool_call_id="call_0")]
+    sent = compact_repeats(messages)
+    lines = [(n, str(m.content)) for n, m in enumerate(sent) if str(m.content).startswith(MARK)]
+    assert [n for n, _ in lines] == [6, 10]
+    assert [n - messages_above(line) for n, line in lines] == [2, 2]
+    assert lines[0][1] == (
+        "[Identical to the result of read_file call call_0, 4 messages above "
+        f"({len(BIG):,} characters); not repeated.]"
+    )
+    # The distance of two messages stays as the messages grow: the prefix holds.
+    assert [shown(m) for m in compact_repeats(messages[:8])] == [shown(m) for m in sent[:8]]
+
+
+def chars(messages: Sequence[BaseMessage]) -> int:
+    return sum(len(str(message.content)) for message in messages)
+
+
+class Metered(Recorder):
+    """A recorder whose replies report, as their input tokens, a quarter of the
+    characters the model was sent."""
+
+    def __call__(self, messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        tokens = chars(messages) // 4
+        usage = {"input_tokens": tokens, "output_tokens": 10, "total_tokens": tokens + 10}
+        return super().__call__(messages, index).model_copy(update={"usage_metadata": usage})
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_what_compaction_kept_out_is_counted_per_request_in_events_and_stats(mode: str) -> None:
+    """Each model call's saving, measured on what the model was sent against the history
+    it stands for: in the request's snapshot, on its stop and in the guard's stats; its
+    tokens at each call's rate of reported input tokens per character."""
+    recorder = Metered()
+    guard = LoopGuardMiddleware(compact_repeats=True)
+    model = ScriptedChatModel(script=recorder)
+    agent = create_agent(model, make_tools(), middleware=[guard], checkpointer=InMemorySaver())
+    totals = LoopCost()
+    with capture_events(guard.guard) as events:
+        for request in range(2):
+            recorder.sent.clear()
+            history = run(agent, f"request {request}", "t", mode)
+            kept = [chars(history[: len(sent)]) - chars(sent) for sent in recorder.sent]
+            rates = [(chars(sent) // 4) / chars(sent) for sent in recorder.sent]
+            expected = (sum(kept), sum(round(k * r) for k, r in zip(kept, rates, strict=True)))
+            assert expected[0] > 3 * len(BIG)
+            assert (events[-1].kind, events[-1].cost.chars_kept_out) == ("stop", expected[0])
+            assert events[-1].cost.tokens_kept_out == expected[1]
+            snapshot = agent.get_state({"configurable": {"thread_id": "t"}}).values["loop_guard"]
+            cost = RequestState.from_dict(snapshot).cost
+            assert (cost.chars_kept_out, cost.tokens_kept_out) == expected
+            totals += cost
+    assert guard.guard.stats.cost.chars_kept_out == totals.chars_kept_out
+    assert guard.guard.stats.cost.tokens_kept_out == totals.tokens_kept_out
+
+
+def test_the_guards_repeated_messages_are_sent_once() -> None:
+    recorder = Recorder()
+    agent = agent_of(recorder, InMemorySaver())
+    for request in range(2):
+        run(agent, f"request {request}", "t", "invoke")
+    last = recorder.sent[-1]
+    steers = [m for m in last if isinstance(m, HumanMessage) and m.name == "loop_guard"]
+    assert len(steers) == 2
+    assert steers[1].content.startswith("[Identical to the loop guard's message, ")
+    assert_prefix_stable(recorder.sent)
+
+
+def test_compaction_holds_after_a_summary_rewrote_the_history() -> None:
+    summarizer = ScriptedChatModel(script=lambda messages, index: AIMessage("A summary."))
+    summary = SummarizationMiddleware(summarizer, trigger=("messages", 40), keep=("messages", 24))
+    recorder = Recorder()
+    agent = agent_of(recorder, InMemorySaver(), before=[summary])
+    for request in range(REQUESTS):
+        run(agent, f"request {request}", "t", "invoke")
+    summarized = [sent for sent in recorder.sent if "A summary." in str(sent[0].content)]
+    assert summarized, "the history was never summarised"
+    compacted = [sent for sent in summarized if any(MARK in str(m.content) for m in sent)]
+    assert compacted, "nothing was compacted after a summary"
+    for sent in summarized:
+        assert_sent_once(sent)
+
+
+def resume_in_a_fresh_process(database: str) -> None:
+    """Run one more request on the thread, printing what the model was sent."""
+    recorder = Recorder()
+    checkpointer = SqliteSaver(sqlite3.connect(database, check_same_thread=False))
+    run(agent_of(recorder, checkpointer), "request 1", "t", "invoke")
+    print(json.dumps([messages_to_dict(sent) for sent in recorder.sent]))
+
+
+@pytest.mark.slow
+def test_a_thread_resumed_in_a_fresh_process_keeps_its_prefix(tmp_path: Path) -> None:
+    from langchain_core.messages import messages_from_dict
+
+    database = str(tmp_path / "threads.sqlite")
+    recorder = Recorder()
+    checkpointer = SqliteSaver(sqlite3.connect(database, check_same_thread=False))
+    run(agent_of(recorder, checkpointer), "request 0", "t", "invoke")
+    code = (
+        "from tests.faces.test_compaction import resume_in_a_fresh_process as resume; "
+        f"resume({database!r})"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    resumed = [messages_from_dict(sent) for sent in json.loads(done.stdout.splitlines()[-1])]
+    assert_prefix_stable([*recorder.sent, *resumed])
+    assert_sent_once(resumed[-1])
+
+
+def test_a_graphs_model_node_sends_compacted_messages() -> None:
+    """`compact_repeats` in the model node of a hand-built graph guarded by the node."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from loop_guard import LoopGuard, LoopGuardNode, guard_tools
+
+    recorder = Recorder()
+    model = ScriptedChatModel(script=recorder)
+    guard = LoopGuard()
+    builder = StateGraph(MessagesState)
+    builder.add_node(
+        "model", lambda state: {"messages": [model.invoke(compact_repeats(state["messages"]))]}
+    )
+    builder.add_node("tools", ToolNode(guard_tools(make_tools(), guard)))
+    builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", tools_condition)
+    builder.add_edge("tools", "loop_guard")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    for request in range(2):
+        run(graph, f"request {request}", "t", "invoke")
+    assert_prefix_stable(recorder.sent)
+    assert_sent_once(recorder.sent[-1])
+    assert sum(m.content == BIG for m in recorder.sent[-1]) == 1
+
+
+class AnthropicWire(BaseHTTPRequestHandler):
+    """Anthropic's Messages API as far as a request's shape goes: roles alternate, each
+    `tool_use` is answered by a `tool_result` in the next message, no text is empty (a
+    400 otherwise). It answers with the same `read_file` call every time."""
+
+    requests: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        self.requests.append(body)
+        problem = wire_problem(body["messages"])
+        call = {"type": "tool_use", "id": f"toolu_{len(self.requests)}", "name": "read_file"}
+        reply = {
+            "id": f"msg_{len(self.requests)}",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": [{**call, "input": {"path": "big-0"}}],
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+        error = {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
+        data = json.dumps(error if problem else reply).encode()
+        self.send_response(400 if problem else 200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def wire_problem(messages: list[dict[str, Any]]) -> str:
+    """What Anthropic would refuse in `messages`, or ""."""
+    asked: set[str] = set()
+    for number, message in enumerate(messages):
+        if message["role"] != ("user", "assistant")[number % 2]:
+            return f"messages.{number}: roles must alternate"
+        blocks = message["content"]
+        blocks = [{"type": "text", "text": blocks}] if isinstance(blocks, str) else blocks
+        answered = {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
+        if answered != asked:
+            return f"messages.{number}: tool_use ids {asked} answered by {answered}"
+        if any(b["type"] == "text" and not b["text"].strip() for b in blocks):
+            return f"messages.{number}: text content blocks must be non-empty"
+        asked = {b["id"] for b in blocks if b["type"] == "tool_use"}
+    return ""
+
+
+def test_every_compacted_request_is_accepted_on_anthropics_wire_format() -> None:
+    from langchain_anthropic import ChatAnthropic
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), AnthropicWire)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        model = ChatAnthropic(model="claude-test", base_url=url, api_key="test", max_retries=0)  # type: ignore[call-arg]
+        guard = LoopGuardMiddleware(compact_repeats=True)
+        agent = create_agent(model, make_tools(), middleware=[guard], checkpointer=InMemorySaver())
+        for request in range(2):
+            run(agent, f"request {request}", "t", "invoke")
+    finally:
+        server.shutdown()
+    sent = AnthropicWire.requests
+    assert len(sent) >= 14
+    results = [
+        block["content"]
+        for block in sent[-1]["messages"][-1]["content"]
+        if block["type"] == "tool_result"
+    ]
+    assert results
+    assert any(MARK in json.dumps(body) for body in sent)
