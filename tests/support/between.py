@@ -36,6 +36,7 @@ class PingPong:
         self.events: list[tuple[str, GuardEvent]] = []
         self.models: dict[str, ScriptedChatModel] = {}
         self.exit_behavior = exit_behavior
+        self.callbacks: list[Any] = []
         agents = [self._agent("alice", "bob"), self._agent("bob", "alice")]
         swarm = create_swarm(agents, default_active_agent="alice")
         self.app = swarm.compile(checkpointer=checkpointer or InMemorySaver(), **compile_options)
@@ -57,12 +58,36 @@ class PingPong:
     def state(self, payload: Any, sync: bool, thread: str = "t") -> dict[str, Any]:
         """The swarm's state after a run (`__interrupt__` when it paused for a person)."""
         config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 100}
+        config["callbacks"] = self.callbacks
         if sync:
             return dict(self.app.invoke(payload, config))
         return dict(asyncio.run(self.app.ainvoke(payload, config)))
 
     def kinds(self) -> list[str]:
         return [event.kind for _, event in self.events]
+
+
+class HandlerPingPong(PingPong):
+    """The same swarm with no middleware: one guard watches it, its agents' handoff tools
+    wrapped by `guard_tools`, the callback handler in the swarm's run config. An event
+    names the agent whose conversation it is about."""
+
+    def __init__(self, checkpointer: Any = None, **compile_options: Any) -> None:
+        self.guard = LoopGuard(on_event=lambda event: self.events.append((agent_of(event), event)))
+        super().__init__(checkpointer, **compile_options)
+        self.callbacks = [LoopGuardCallbackHandler(self.guard)]
+
+    def _agent(self, name: str, other: str) -> Any:
+        script = stubborn((f"transfer_to_{other}", {}), answer=f"{name} gives up.")
+        model = ScriptedChatModel(script=script)
+        self.models[name] = model
+        handoffs = guard_tools([create_handoff_tool(agent_name=other)], self.guard)
+        return create_agent(model, handoffs, name=name)
+
+
+def agent_of(event: GuardEvent) -> str:
+    """The agent an event's conversation is in: its namespace's first node."""
+    return event.conversation.partition("|")[2].partition(":")[0]
 
 
 TASKS = 10  # how many tasks a supervisor with new work to hand out delegates
