@@ -1,6 +1,7 @@
 """Loops between agents (SPEC §9): agents that hand a task back and forth in a real
 `langgraph-swarm`, each a `create_agent` with `LoopGuardMiddleware`, or with no middleware,
-watched by the callback handler with its tools guarded by `guard_tools`. The calls of every agent
+watched by the callback handler with its tools guarded by `guard_tools`; and in a hand-built
+network guarded by `guard_tools` and `LoopGuardNode`. The calls of every agent
 writing into the shared history are one sequence for the detectors, a handoff a call like
 any other, and one request spans the agents a user message sets going. Only the chat models
 are scripted.
@@ -34,7 +35,7 @@ from loop_guard import (
 )
 from loop_guard.testing import Script, ScriptedChatModel
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
-from tests.support.between import HandlerPingPong, PingPong
+from tests.support.between import HandlerPingPong, Network, PingPong
 
 SYNC = pytest.mark.parametrize(
     "sync",
@@ -145,6 +146,27 @@ def test_a_guarded_handoff_tool_without_arguments_reads_its_schema_as_pydantic_2
         warnings.simplefilter("error", PydanticDeprecatedSince20)
         swarm.run({"messages": [HumanMessage("Plan a trip")]}, sync=True)
     assert swarm.kinds() == ["steer", "block", "block", "block", "stop"]
+
+
+@SYNC
+def test_a_ping_pong_in_a_network_of_ones_own_is_steered_then_stopped(sync: bool) -> None:
+    """Two agents of a hand-built graph routing to each other, guarded by `guard_tools`
+    and `LoopGuardNode`: the node steers the agent about to start a 4th lap, the 5th is
+    blocked, and the stop ends the whole graph, every call answered."""
+    network = Network()
+    messages = network.run(sync)
+    assert_valid_history(messages)
+    steer = steer_at(messages)
+    assert sum(m.text.startswith("Transferred") for m in messages[:steer]) == 2 * 3
+    assert messages[steer + 1].name == "alice"
+    assert sum(m.text.startswith("Transferred") for m in messages) <= 2 * 6
+    assert len(blocked(messages)) == 3
+    last = messages[-1]
+    assert isinstance(last, AIMessage)
+    assert last.name == GUARD_NAME
+    assert last.text.startswith("Stopped by loop_guard")
+    assert [event.kind for event in network.events] == ["steer", "block", "block", "block", "stop"]
+    assert network.models["alice"].calls + network.models["bob"].calls == 11
 
 
 def test_each_agent_is_steered_and_blocked_by_the_shared_sequence() -> None:
