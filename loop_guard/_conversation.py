@@ -20,7 +20,15 @@ from langchain_core.runnables import RunnableConfig
 from typing_extensions import override
 
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._history import Observer, RequestStarts, request_start, up_to_date
+from loop_guard._history import (
+    Observer,
+    RequestStarts,
+    handed_over_response,
+    request_start,
+    up_to_date,
+)
+from loop_guard._langchain import keys_of
+from loop_guard._values import Block, Call, Decision, Stop
 
 Scope = Literal["thread", "run", "request"]
 
@@ -215,11 +223,39 @@ def session_for(
 ) -> Session:
     """The conversation's session, its state first brought up to date with `history`
     (the messages before `end`, up to what the caller is about to decide; see
-    `up_to_date`)."""
+    `take_over`)."""
     session = guard.session(str(key))
     if key.follows_history:
-        follow_history(guard, session, history, end)
+        take_over(guard, session, history, end)
     return session
+
+
+def take_over(
+    guard: LoopGuard, session: Session, history: Sequence[BaseMessage], end: int | None = None
+) -> None:
+    """Bring a session up to date with a history other agents may have worked on (the
+    messages before `end`; see `follow_history`), and publish what the results handed
+    over to it lead to.
+
+    A handoff's answer is read from the history once the agent it went to has worked,
+    so no guard saw the results of the response handed over (`handed_over_response`)
+    live: the steer they lead to is for the conversation reading them to publish, once
+    (`Session.adopt`). Blocks and stops were published where they were decided.
+    """
+    handed_over: set[str] | None = None  # worked out at the first call read, if any
+    reached: list[Decision] = []
+
+    def observe(call: Call, decisions: Sequence[Decision]) -> None:
+        nonlocal handed_over
+        if handed_over is None:
+            reply = handed_over_response(history if end is None else history[:end])
+            handed_over = set() if reply is None else set(keys_of(reply))
+        if call.key in handed_over:
+            reached.extend(d for d in decisions if not isinstance(d, Block | Stop))
+
+    follow_history(guard, session, history, end, observe=observe)
+    session.adopt(reached)
+    session.publish()
 
 
 def follow_history(

@@ -424,7 +424,7 @@ class Session:
         self.migrated = migrated
         self._caller_keeps = state is not None
         self._state = _FRESH if state is None else state  # unused when the guard keeps it
-        self._decisions: list[Decision] = []  # a caller-kept session's, until `publish`
+        self._decisions: list[Decision] = []  # adopted, or a caller-kept session's: until `publish`
 
     def adopt(self, decisions: Sequence[Decision]) -> None:
         """Take decisions reached for this conversation while its state caught up on a
@@ -433,10 +433,11 @@ class Session:
         self._decisions.extend(decisions)
 
     def publish(self) -> None:
-        """Publish a caller-kept session's decisions so far, once per point of its request
-        (its request and the steps counted in it)."""
+        """Publish the decisions adopted, and a caller-kept session's so far, once per
+        point of its request (its request and the steps counted in it)."""
         if self._decisions:
-            turn = (self._state.request_id, self._state.counted)
+            state = self.state
+            turn = (state.request_id, state.counted)
             decisions, self._decisions = self._decisions, []
             self._events.publish_once(self.conversation, turn, decisions)
 

@@ -35,11 +35,11 @@ from loop_guard._agent_state import (
     with_snapshot,
 )
 from loop_guard._config import LoopGuardConfig, LoopGuardOptions
-from loop_guard._conversation import follow_history
+from loop_guard._conversation import take_over
 from loop_guard._events import GuardEvent
 from loop_guard._faces import ashared_run, attach_sinks, shared_run
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._history import current_request, handed_over_response, question_of, worked_on
+from loop_guard._history import current_request, question_of, worked_on
 from loop_guard._judge import aask_judge, ask_judge
 from loop_guard._langchain import (
     PersonDecision,
@@ -48,7 +48,6 @@ from loop_guard._langchain import (
     block_message,
     calls_of,
     decision_of,
-    keys_of,
     last_batch,
     messages_of,
     repeated_result,
@@ -57,7 +56,7 @@ from loop_guard._langchain import (
 )
 from loop_guard._reply_watch import RepeatedTextCut
 from loop_guard._turn import Turn
-from loop_guard._values import Block, Call, Decision, LoopGuardStop, Stop
+from loop_guard._values import Block, Call, LoopGuardStop, Stop
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
@@ -229,19 +228,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         left = _left_unanswered(state, session.stop) if self.exit_behavior == "ask" else None
         messages = messages_of(state)
         if left is None and worked_on(messages):
-            # The results of the last response were handed over to this agent: no guard
-            # saw them live, so what they lead to (a steer) is this agent's to publish.
-            reply = handed_over_response(messages)
-            handed_over = set() if reply is None else set(keys_of(reply))
-            reached: list[Decision] = []
-
-            def observe(call: Call, decisions: Sequence[Decision]) -> None:
-                if call.key in handed_over:
-                    reached.extend(d for d in decisions if not isinstance(d, Block | Stop))
-
-            follow_history(self.guard, session, messages, observe=observe)
-            session.adopt(reached)
-            session.publish()
+            take_over(self.guard, session, messages)
         else:
             session.start_request(uuid.uuid4().hex, question_of(current_request(messages)[1]))
         update: dict[str, Any] = {"loop_guard": session.snapshot()}

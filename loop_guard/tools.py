@@ -80,7 +80,10 @@ class GuardedTool(BaseTool):
         schema = self.inner.tool_call_schema
         if isinstance(schema, dict):
             return frozenset(schema.get("properties", {}))
-        return frozenset(getattr(schema, "model_fields", None) or getattr(schema, "__fields__", {}))
+        fields = getattr(schema, "model_fields", None)
+        if fields is None:  # a pydantic 1 model; a pydantic 2 one warns on `__fields__`
+            fields = getattr(schema, "__fields__", {})
+        return frozenset(fields)
 
     @property
     def func(self) -> Any:

@@ -1,5 +1,7 @@
 """Loops between agents (SPEC §9): agents that hand a task back and forth in a real
-`langgraph-swarm`, each a `create_agent` with `LoopGuardMiddleware`. The calls of every agent
+`langgraph-swarm`, each a `create_agent` with `LoopGuardMiddleware`, or with no middleware,
+watched by the callback handler with its tools guarded by `guard_tools`; and in a hand-built
+network guarded by `guard_tools` and `LoopGuardNode`. The calls of every agent
 writing into the shared history are one sequence for the detectors, a handoff a call like
 any other, and one request spans the agents a user message sets going. Only the chat models
 are scripted.
@@ -8,6 +10,7 @@ are scripted.
 from __future__ import annotations
 
 import sqlite3
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,16 +18,24 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 from langgraph_swarm import create_handoff_tool, create_swarm
+from pydantic.warnings import PydanticDeprecatedSince20
 
-from loop_guard import GUARD_NAME, GuardEvent, LoopGuardMiddleware
-from loop_guard.testing import ScriptedChatModel
+from loop_guard import (
+    GUARD_NAME,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    guard_tools,
+)
+from loop_guard.testing import Script, ScriptedChatModel
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
-from tests.support.between import PingPong
+from tests.support.between import HandlerPingPong, Network, PingPong
 
 SYNC = pytest.mark.parametrize(
     "sync",
@@ -99,6 +110,65 @@ def test_a_stopped_ping_pong_pauses_the_swarm_for_a_person(sync: bool) -> None:
     assert swarm.kinds()[-1] == "stop"
 
 
+@SYNC
+def test_a_ping_pong_watched_by_the_handler_is_steered_then_stopped(sync: bool) -> None:
+    """The swarm with no middleware, its handoff tools guarded by `guard_tools` and the
+    handler on the swarm's run: the steer rides on the answer of the handoff after the
+    3rd lap, published once, by the agent that read the lap it follows from; the stop
+    comes within 6 laps and ends the whole run, every call answered."""
+    swarm = HandlerPingPong()
+    messages = swarm.run({"messages": [HumanMessage("Plan a trip")]}, sync)
+    assert_valid_history(messages)
+    steer = next(
+        i
+        for i, m in enumerate(messages)
+        if isinstance(m, ToolMessage)
+        and m.text.startswith("Successfully")
+        and "LOOP GUARD" in m.text
+    )
+    assert handoffs_before(messages, steer) <= 2 * 3
+    assert handoffs_before(messages, len(messages)) <= 2 * 6
+    last = messages[-1]
+    assert isinstance(last, AIMessage)
+    assert last.name == GUARD_NAME
+    assert last.text.startswith("Stopped by loop_guard")
+    assert len(blocked(messages)) == 3
+    assert swarm.kinds() == ["steer", "block", "block", "block", "stop"]
+    assert swarm.events[0][0] == "alice"  # she read bob's handoff that closed the 3rd lap
+
+
+def test_a_guarded_handoff_tool_without_arguments_reads_its_schema_as_pydantic_2() -> None:
+    """A handoff tool takes no arguments: its guard tells the model's arguments from
+    injected ones without pydantic's deprecated `__fields__` (an error here, which the
+    guard would report as a fault of its own, an `error` event)."""
+    swarm = HandlerPingPong()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PydanticDeprecatedSince20)
+        swarm.run({"messages": [HumanMessage("Plan a trip")]}, sync=True)
+    assert swarm.kinds() == ["steer", "block", "block", "block", "stop"]
+
+
+@SYNC
+def test_a_ping_pong_in_a_network_of_ones_own_is_steered_then_stopped(sync: bool) -> None:
+    """Two agents of a hand-built graph routing to each other, guarded by `guard_tools`
+    and `LoopGuardNode`: the node steers the agent about to start a 4th lap, the 5th is
+    blocked, and the stop ends the whole graph, every call answered."""
+    network = Network()
+    messages = network.run(sync)
+    assert_valid_history(messages)
+    steer = steer_at(messages)
+    assert sum(m.text.startswith("Transferred") for m in messages[:steer]) == 2 * 3
+    assert messages[steer + 1].name == "alice"
+    assert sum(m.text.startswith("Transferred") for m in messages) <= 2 * 6
+    assert len(blocked(messages)) == 3
+    last = messages[-1]
+    assert isinstance(last, AIMessage)
+    assert last.name == GUARD_NAME
+    assert last.text.startswith("Stopped by loop_guard")
+    assert [event.kind for event in network.events] == ["steer", "block", "block", "block", "stop"]
+    assert network.models["alice"].calls + network.models["bob"].calls == 11
+
+
 def test_each_agent_is_steered_and_blocked_by_the_shared_sequence() -> None:
     """Without the shared sequence each agent saw one call per activation and the swarm ran
     to the recursion limit: the cycle is the two agents' calls together."""
@@ -151,9 +221,11 @@ def write(draft: str) -> str:
     return f"draft saved: {draft}"
 
 
-def test_a_researcher_writer_exchange_with_new_findings_is_left_alone() -> None:
+@pytest.mark.parametrize("face", ["middleware", "handler"])
+def test_a_researcher_writer_exchange_with_new_findings_is_left_alone(face: str) -> None:
     """Each handoff carries new work: the researcher searches a new topic, the writer
-    writes a new draft, then hands back, for 8 laps; then the writer answers."""
+    writes a new draft, then hands back, for 8 laps; then the writer answers. Watched by
+    each agent's middleware, or by the handler with every tool guarded by `guard_tools`."""
     laps = 8
 
     def researcher(messages: Sequence[BaseMessage], index: int) -> AIMessage:
@@ -172,23 +244,26 @@ def test_a_researcher_writer_exchange_with_new_findings_is_left_alone() -> None:
         return call("write", {"draft": f"draft {drafts + 1}"}, index)
 
     events: list[GuardEvent] = []
-    guard = LoopGuardMiddleware(on_event=events.append)
+    middleware = LoopGuardMiddleware(on_event=events.append)
+    guard = LoopGuard(on_event=events.append)
+    config: Any = {"recursion_limit": 200}
+    if face == "handler":
+        config["callbacks"] = [LoopGuardCallbackHandler(guard)]
+
+    def agent(name: str, script: Script, tools: list[BaseTool]) -> Any:
+        if face == "handler":
+            return create_agent(
+                ScriptedChatModel(script=script), guard_tools(tools, guard), name=name
+            )
+        return create_agent(
+            ScriptedChatModel(script=script), tools, middleware=[middleware], name=name
+        )
+
     agents = [
-        create_agent(
-            ScriptedChatModel(script=researcher),
-            [search, create_handoff_tool(agent_name="writer")],
-            middleware=[guard],
-            name="researcher",
-        ),
-        create_agent(
-            ScriptedChatModel(script=writer),
-            [write, create_handoff_tool(agent_name="researcher")],
-            middleware=[guard],
-            name="writer",
-        ),
+        agent("researcher", researcher, [search, create_handoff_tool(agent_name="writer")]),
+        agent("writer", writer, [write, create_handoff_tool(agent_name="researcher")]),
     ]
     app = create_swarm(agents, default_active_agent="researcher").compile()
-    config: Any = {"recursion_limit": 200}
     messages = app.invoke({"messages": [HumanMessage("Write an article")]}, config)["messages"]
     assert messages[-1].text == "The article is done."
     assert events == []

@@ -1,17 +1,20 @@
 """Graphs of agents that loop between them (SPEC §9), for the tests of every face and of
-threads resumed by other processes: a `langgraph-swarm` ping-pong and a supervisor with
-its worker. Only the chat models are scripted."""
+threads resumed by other processes: a `langgraph-swarm` ping-pong, the same in a network
+of one's own, and a supervisor with its worker. Only the chat models are scripted."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command
 from langgraph_supervisor import create_handoff_tool as create_delegation_tool
 from langgraph_supervisor import create_supervisor
 from langgraph_swarm import create_handoff_tool, create_swarm
@@ -22,6 +25,7 @@ from loop_guard import (
     LoopGuard,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
+    LoopGuardNode,
     guard_tools,
 )
 from loop_guard.testing import ScriptedChatModel, stubborn
@@ -36,6 +40,7 @@ class PingPong:
         self.events: list[tuple[str, GuardEvent]] = []
         self.models: dict[str, ScriptedChatModel] = {}
         self.exit_behavior = exit_behavior
+        self.callbacks: list[Any] = []
         agents = [self._agent("alice", "bob"), self._agent("bob", "alice")]
         swarm = create_swarm(agents, default_active_agent="alice")
         self.app = swarm.compile(checkpointer=checkpointer or InMemorySaver(), **compile_options)
@@ -57,12 +62,94 @@ class PingPong:
     def state(self, payload: Any, sync: bool, thread: str = "t") -> dict[str, Any]:
         """The swarm's state after a run (`__interrupt__` when it paused for a person)."""
         config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 100}
+        config["callbacks"] = self.callbacks
         if sync:
             return dict(self.app.invoke(payload, config))
         return dict(asyncio.run(self.app.ainvoke(payload, config)))
 
     def kinds(self) -> list[str]:
         return [event.kind for _, event in self.events]
+
+
+class HandlerPingPong(PingPong):
+    """The same swarm with no middleware: one guard watches it, its agents' handoff tools
+    wrapped by `guard_tools`, the callback handler in the swarm's run config. An event
+    names the agent whose conversation it is about."""
+
+    def __init__(self, checkpointer: Any = None, **compile_options: Any) -> None:
+        self.guard = LoopGuard(on_event=lambda event: self.events.append((agent_of(event), event)))
+        super().__init__(checkpointer, **compile_options)
+        self.callbacks = [LoopGuardCallbackHandler(self.guard)]
+
+    def _agent(self, name: str, other: str) -> Any:
+        script = stubborn((f"transfer_to_{other}", {}), answer=f"{name} gives up.")
+        model = ScriptedChatModel(script=script)
+        self.models[name] = model
+        handoffs = guard_tools([create_handoff_tool(agent_name=other)], self.guard)
+        return create_agent(model, handoffs, name=name)
+
+
+class Network:
+    """Alice and bob as nodes of one hand-built graph, each calling its own model with
+    a handoff-like tool that names the other as the next agent; the network routes to
+    the agent named (`Command(goto=...)`). One guard: the tools wrapped by `guard_tools`,
+    `LoopGuardNode` after the tools node."""
+
+    def __init__(self) -> None:
+        self.events: list[GuardEvent] = []
+        self.models: dict[str, ScriptedChatModel] = {}
+        guard = LoopGuard(on_event=self.events.append)
+        tools = guard_tools([_handoff("alice"), _handoff("bob")], guard)
+        graph = StateGraph(NetworkState)
+        for name, other in (("alice", "bob"), ("bob", "alice")):
+            self.models[name] = ScriptedChatModel(script=stubborn((f"transfer_to_{other}", {})))
+            graph.add_node(name, self._agent(name, tools), destinations=("tools", END))
+        graph.add_node("tools", ToolNode(tools))
+        graph.add_node("loop_guard", LoopGuardNode(guard, next_node="next_agent"))
+        graph.add_node("next_agent", _next_agent, destinations=("alice", "bob"))
+        graph.add_edge(START, "alice")
+        graph.add_edge("tools", "loop_guard")
+        self.app = graph.compile(checkpointer=InMemorySaver())
+
+    def _agent(self, name: str, tools: Sequence[BaseTool]) -> Any:
+        model = self.models[name].bind_tools(tools)
+
+        def agent(state: NetworkState) -> Command[Any]:
+            reply = model.invoke(state["messages"])
+            reply.name = name
+            return Command(goto="tools" if reply.tool_calls else END, update={"messages": [reply]})
+
+        return agent
+
+    def run(self, sync: bool) -> list[BaseMessage]:
+        payload = {"messages": [HumanMessage("Plan a trip")], "active_agent": "alice"}
+        config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
+        if sync:
+            return list(self.app.invoke(payload, config)["messages"])
+        return list(asyncio.run(self.app.ainvoke(payload, config))["messages"])
+
+
+class NetworkState(MessagesState):
+    active_agent: str
+
+
+def _handoff(agent: str) -> BaseTool:
+    @tool(f"transfer_to_{agent}")
+    def transfer(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Hand the task to another agent."""
+        answer = ToolMessage(f"Transferred to {agent}.", tool_call_id=tool_call_id)
+        return Command(update={"messages": [answer], "active_agent": agent})
+
+    return transfer
+
+
+def _next_agent(state: NetworkState) -> Command[Any]:
+    return Command(goto=state["active_agent"])
+
+
+def agent_of(event: GuardEvent) -> str:
+    """The agent an event's conversation is in: its namespace's first node."""
+    return event.conversation.partition("|")[2].partition(":")[0]
 
 
 TASKS = 10  # how many tasks a supervisor with new work to hand out delegates
