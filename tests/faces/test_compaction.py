@@ -13,11 +13,12 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from langchain.agents import create_agent
@@ -304,20 +305,96 @@ def test_a_graphs_model_node_sends_compacted_messages() -> None:
     assert sum(m.content == BIG for m in recorder.sent[-1]) == 1
 
 
-class AnthropicWire(BaseHTTPRequestHandler):
-    """Anthropic's Messages API as far as a request's shape goes: roles alternate, each
-    `tool_use` is answered by a `tool_result` in the next message, no text is empty (a
-    400 otherwise). It answers with the same `read_file` call every time."""
+@contextmanager
+def provider_stub(answer: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]) -> Iterator[str]:
+    """A local HTTP server at the URL yielded, answering each POSTed JSON body with
+    `answer(body)`: a status and a JSON reply. Shut down, its thread joined, on exit."""
 
-    requests: ClassVar[list[dict[str, Any]]] = []
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            status, reply = answer(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            data = json.dumps(reply).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="provider-stub")
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+class Wire:
+    """A provider's API as far as a request's shape goes: it records each request, refuses
+    one the provider would refuse (a 400 saying why), and answers every other with the same
+    `read_file` call."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         self.requests.append(body)
-        problem = wire_problem(body["messages"])
-        call = {"type": "tool_use", "id": f"toolu_{len(self.requests)}", "name": "read_file"}
-        reply = {
-            "id": f"msg_{len(self.requests)}",
+        problem = self.problem(body["messages"])
+        return (400, self.error(problem)) if problem else (200, self.reply(len(self.requests)))
+
+    def model(self, url: str) -> Any:
+        """The provider's LangChain chat model, sending to `url`."""
+        raise NotImplementedError
+
+    @staticmethod
+    def problem(messages: list[dict[str, Any]]) -> str:
+        """What the provider would refuse in `messages`, or ""."""
+        raise NotImplementedError
+
+    def error(self, problem: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def reply(self, number: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class AnthropicWire(Wire):
+    """Anthropic's Messages API: roles alternate, each `tool_use` is answered by a
+    `tool_result` in the next message, no text is empty."""
+
+    def model(self, url: str) -> Any:
+        from langchain_anthropic import ChatAnthropic
+
+        return ChatAnthropic(model="claude-test", base_url=url, api_key="test", max_retries=0)  # type: ignore[call-arg]
+
+    @staticmethod
+    def problem(messages: list[dict[str, Any]]) -> str:
+        asked: set[str] = set()
+        for number, message in enumerate(messages):
+            if message["role"] != ("user", "assistant")[number % 2]:
+                return f"messages.{number}: roles must alternate"
+            blocks = message["content"]
+            blocks = [{"type": "text", "text": blocks}] if isinstance(blocks, str) else blocks
+            answered = {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
+            if answered != asked:
+                return f"messages.{number}: tool_use ids {asked} answered by {answered}"
+            if any(b["type"] == "text" and not b["text"].strip() for b in blocks):
+                return f"messages.{number}: text content blocks must be non-empty"
+            asked = {b["id"] for b in blocks if b["type"] == "tool_use"}
+        return ""
+
+    def error(self, problem: str) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
+
+    def reply(self, number: int) -> dict[str, Any]:
+        call = {"type": "tool_use", "id": f"toolu_{number}", "name": "read_file"}
+        return {
+            "id": f"msg_{number}",
             "type": "message",
             "role": "assistant",
             "model": "claude-test",
@@ -326,55 +403,91 @@ class AnthropicWire(BaseHTTPRequestHandler):
             "stop_sequence": None,
             "usage": {"input_tokens": 10, "output_tokens": 5},
         }
-        error = {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
-        data = json.dumps(error if problem else reply).encode()
-        self.send_response(400 if problem else 200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
-def wire_problem(messages: list[dict[str, Any]]) -> str:
-    """What Anthropic would refuse in `messages`, or ""."""
-    asked: set[str] = set()
-    for number, message in enumerate(messages):
-        if message["role"] != ("user", "assistant")[number % 2]:
-            return f"messages.{number}: roles must alternate"
-        blocks = message["content"]
-        blocks = [{"type": "text", "text": blocks}] if isinstance(blocks, str) else blocks
-        answered = {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
-        if answered != asked:
-            return f"messages.{number}: tool_use ids {asked} answered by {answered}"
-        if any(b["type"] == "text" and not b["text"].strip() for b in blocks):
-            return f"messages.{number}: text content blocks must be non-empty"
-        asked = {b["id"] for b in blocks if b["type"] == "tool_use"}
-    return ""
+class OpenAIWire(Wire):
+    """OpenAI's Chat Completions API: each of an assistant message's `tool_calls` is
+    answered by a `tool` message before any other message, a `tool` message answers a call
+    of the assistant message before it, and content is a string (an assistant's may be
+    null)."""
+
+    def model(self, url: str) -> Any:
+        from langchain_openai import ChatOpenAI
+
+        return ChatOpenAI(model="gpt-test", base_url=url, api_key="test", max_retries=0)  # type: ignore[arg-type]
+
+    @staticmethod
+    def problem(messages: list[dict[str, Any]]) -> str:
+        pending: set[str] = set()
+        for number, message in enumerate(messages):
+            content = message.get("content")
+            if not (isinstance(content, str) or (content is None and "tool_calls" in message)):
+                return f"messages[{number}].content: expected a string"
+            if message["role"] == "tool":
+                if message["tool_call_id"] not in pending:
+                    return f"messages[{number}]: a 'tool' message must answer a preceding call"
+                pending.remove(message["tool_call_id"])
+                continue
+            if pending:
+                return f"messages[{number}]: tool_call_ids without a response: {sorted(pending)}"
+            pending = {call["id"] for call in message.get("tool_calls", [])}
+        return f"tool_call_ids without a response: {sorted(pending)}" if pending else ""
+
+    def error(self, problem: str) -> dict[str, Any]:
+        return {"error": {"type": "invalid_request_error", "message": problem, "code": None}}
+
+    def reply(self, number: int) -> dict[str, Any]:
+        call = {"name": "read_file", "arguments": json.dumps({"path": "big-0"})}
+        return {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-test",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": f"call_{number}", "type": "function", "function": call}
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
 
 
-def test_every_compacted_request_is_accepted_on_anthropics_wire_format() -> None:
-    from langchain_anthropic import ChatAnthropic
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), AnthropicWire)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_port}"
-        model = ChatAnthropic(model="claude-test", base_url=url, api_key="test", max_retries=0)  # type: ignore[call-arg]
+@pytest.mark.parametrize("wire", [AnthropicWire, OpenAIWire])
+def test_every_compacted_request_is_accepted_on_the_providers_wire_format(
+    wire: type[Wire],
+) -> None:
+    provider = wire()
+    with provider_stub(provider) as url:
         guard = LoopGuardMiddleware(compact_repeats=True)
-        agent = create_agent(model, make_tools(), middleware=[guard], checkpointer=InMemorySaver())
+        agent = create_agent(
+            provider.model(url), make_tools(), middleware=[guard], checkpointer=InMemorySaver()
+        )
         for request in range(2):
             run(agent, f"request {request}", "t", "invoke")
-    finally:
-        server.shutdown()
-    sent = AnthropicWire.requests
-    assert len(sent) >= 14
-    results = [
-        block["content"]
-        for block in sent[-1]["messages"][-1]["content"]
-        if block["type"] == "tool_result"
+    assert len(provider.requests) >= 14
+    last = json.dumps(provider.requests[-1])
+    assert last.count(json.dumps(BIG)[1:-1]) == 1
+    assert last.count(MARK) >= 4
+
+
+def test_the_openai_wire_refuses_what_openai_refuses() -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    asked = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
     ]
-    assert results
-    assert any(MARK in json.dumps(body) for body in sent)
+    answer = {"role": "tool", "tool_call_id": "call_1", "content": "ok"}
+    assert OpenAIWire.problem([*asked, answer, {"role": "user", "content": "more"}]) == ""
+    assert "without a response" in OpenAIWire.problem([*asked, {"role": "user", "content": "x"}])
+    assert "without a response" in OpenAIWire.problem(asked)
+    assert "must answer" in OpenAIWire.problem([*asked, answer, answer])
+    listed = {**answer, "content": [{"type": "text", "text": "ok"}]}
+    assert "expected a string" in OpenAIWire.problem([*asked, listed])
