@@ -22,13 +22,20 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import SummarizationMiddleware
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ClearToolUsesEdit,
+    ContextEditingMiddleware,
+    ModelRequest,
+    SummarizationMiddleware,
+)
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
     ToolMessage,
     messages_to_dict,
+    trim_messages,
 )
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -118,20 +125,30 @@ def assert_prefix_stable(sent: Sequence[Sequence[BaseMessage]]) -> None:
 
 
 def assert_sent_once(sent: Sequence[BaseMessage]) -> None:
-    """The big result is sent in full once at most; each repeat names a call answered above in
-    full, and its size."""
-    answered: dict[str, str] = {}
-    for index, message in enumerate(sent):
-        if isinstance(message, ToolMessage):
-            content = str(message.content)
-            if content.startswith(MARK):
-                earlier = content.removeprefix(MARK).split(" call ")[1].split(",")[0]
-                assert f"({len(answered[earlier]):,} characters)" in content
-                first = sent[index - messages_above(content)]
-                assert (first.tool_call_id, first.content) == (earlier, answered[earlier])
-            answered[message.tool_call_id] = content
-    assert list(answered.values()).count(BIG) <= 1
+    """The big result is sent in full once at most, and each repeat's line names a result
+    sent above it in full."""
+    assert sum(isinstance(m, ToolMessage) and m.content == BIG for m in sent) <= 1
+    assert not dangling(sent)
     assert_valid_history(sent)
+
+
+def dangling(sent: Sequence[BaseMessage]) -> list[str]:
+    """The repeats' lines in `sent` that name no result sent: the message as many messages
+    above as a line says is not the result of the call it names, of the size it gives."""
+    lines = []
+    for index, message in enumerate(sent):
+        line = str(message.content)
+        if isinstance(message, ToolMessage) and line.startswith(MARK):
+            named = line.removeprefix(MARK).split(" call ")[1].split(",")[0]
+            above = messages_above(line)
+            first = sent[index - above] if above <= index else None
+            if not (
+                isinstance(first, ToolMessage)
+                and first.tool_call_id == named
+                and f"({len(str(first.content)):,} characters)" in line
+            ):
+                lines.append(line)
+    return lines
 
 
 def messages_above(line: str) -> int:
@@ -250,6 +267,59 @@ def test_compaction_holds_after_a_summary_rewrote_the_history() -> None:
         assert_sent_once(sent)
 
 
+class KeepLast(AgentMiddleware[Any, Any]):
+    """A trimmer of what the model is sent: the last `count` messages, from an AI message on
+    (so that every result keeps its call)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+    def wrap_model_call(self, request: ModelRequest[Any], handler: Any) -> Any:
+        kept = trim_messages(
+            request.messages,
+            strategy="last",
+            token_counter=len,
+            max_tokens=self.count,
+            start_on="ai",
+        )
+        return handler(request.override(messages=kept))
+
+
+def trimmers() -> list[Any]:
+    """Middleware that edit what the model is sent: a trimmer, and LangChain's clearing of
+    old tool results."""
+    clearing = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=2_000, keep=3)])
+    return [pytest.param(KeepLast(30), id="trimmer"), pytest.param(clearing, id="clearing")]
+
+
+@pytest.mark.parametrize("trimmer", trimmers())
+def test_a_trimmer_listed_before_the_guard_leaves_every_line_its_message(trimmer: Any) -> None:
+    """The guard compacts what the trimmer (outer) kept: each line names a message sent."""
+    recorder = Recorder()
+    agent = agent_of(recorder, InMemorySaver(), before=[trimmer])
+    for request in range(REQUESTS):
+        run(agent, f"request {request}", "t", "invoke")
+    assert any(MARK in str(m.content) for m in recorder.sent[-1]), "nothing was compacted"
+    for sent in recorder.sent:
+        assert_sent_once(sent)
+
+
+@pytest.mark.parametrize("trimmer", trimmers())
+def test_a_trimmer_listed_after_the_guard_can_drop_what_a_line_names(trimmer: Any) -> None:
+    """Why the order matters: a trimmer inside the guard edits the compacted messages, and
+    may drop (or clear) the result a line names while it keeps the line."""
+    recorder = Recorder()
+    model = ScriptedChatModel(script=recorder)
+    guard = LoopGuardMiddleware(compact_repeats=True)
+    agent = create_agent(
+        model, make_tools(), middleware=[guard, trimmer], checkpointer=InMemorySaver()
+    )
+    for request in range(REQUESTS):
+        run(agent, f"request {request}", "t", "invoke")
+    assert any(dangling(sent) for sent in recorder.sent)
+
+
 def resume_in_a_fresh_process(database: str) -> None:
     """Run one more request on the thread, printing what the model was sent."""
     recorder = Recorder()
@@ -278,31 +348,54 @@ def test_a_thread_resumed_in_a_fresh_process_keeps_its_prefix(tmp_path: Path) ->
     assert_sent_once(resumed[-1])
 
 
-def test_a_graphs_model_node_sends_compacted_messages() -> None:
-    """`compact_repeats` in the model node of a hand-built graph guarded by the node."""
+def guarded_graph(recorder: Recorder, sending: Callable[[list[BaseMessage]], Any]) -> Any:
+    """A hand-built graph guarded by the node, whose model node sends the model
+    `sending(messages)`."""
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
     from loop_guard import LoopGuard, LoopGuardNode, guard_tools
 
-    recorder = Recorder()
     model = ScriptedChatModel(script=recorder)
     guard = LoopGuard()
     builder = StateGraph(MessagesState)
     builder.add_node(
-        "model", lambda state: {"messages": [model.invoke(compact_repeats(state["messages"]))]}
+        "model", lambda state: {"messages": [model.invoke(sending(state["messages"]))]}
     )
     builder.add_node("tools", ToolNode(guard_tools(make_tools(), guard)))
     builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", tools_condition)
     builder.add_edge("tools", "loop_guard")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def test_a_graphs_model_node_sends_compacted_messages() -> None:
+    """`compact_repeats` in the model node of a hand-built graph guarded by the node."""
+    recorder = Recorder()
+    graph = guarded_graph(recorder, compact_repeats)
     for request in range(2):
         run(graph, f"request {request}", "t", "invoke")
     assert_prefix_stable(recorder.sent)
     assert_sent_once(recorder.sent[-1])
     assert sum(m.content == BIG for m in recorder.sent[-1]) == 1
+
+
+def test_a_model_node_that_trims_then_compacts_sends_every_line_its_message() -> None:
+    def trimmed_then_compacted(messages: list[BaseMessage]) -> list[BaseMessage]:
+        kept = trim_messages(
+            messages, strategy="last", token_counter=len, max_tokens=30, start_on="ai"
+        )
+        return compact_repeats(kept)
+
+    recorder = Recorder()
+    graph = guarded_graph(recorder, trimmed_then_compacted)
+    for request in range(REQUESTS):
+        run(graph, f"request {request}", "t", "invoke")
+    assert any(MARK in str(m.content) for m in recorder.sent[-1]), "nothing was compacted"
+    assert max(map(len, recorder.sent)) <= 30
+    for sent in recorder.sent:
+        assert_sent_once(sent)
 
 
 @contextmanager
