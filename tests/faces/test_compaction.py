@@ -569,6 +569,7 @@ def test_every_compacted_request_is_accepted_on_the_providers_wire_format(
     last = json.dumps(provider.requests[-1])
     assert last.count(json.dumps(BIG)[1:-1]) == 1
     assert last.count(MARK) >= 4
+    assert not [thread for thread in threading.enumerate() if thread.name == "provider-stub"]
 
 
 def test_the_openai_wire_refuses_what_openai_refuses() -> None:
