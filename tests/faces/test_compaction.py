@@ -428,8 +428,8 @@ def provider_stub(answer: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
 
 
 class Wire:
-    """A provider's API as far as a request's shape goes: it records each request, refuses
-    one the provider would refuse (a 400 saying why), and answers every other with the same
+    """A provider's API as far as a request's shape goes: it records each request, rejects
+    one the provider would reject (a 400 saying why), and answers every other with the same
     `read_file` call."""
 
     def __init__(self) -> None:
@@ -446,7 +446,7 @@ class Wire:
 
     @staticmethod
     def problem(messages: list[dict[str, Any]]) -> str:
-        """What the provider would refuse in `messages`, or ""."""
+        """What the provider would reject in `messages`, or ""."""
         raise NotImplementedError
 
     def error(self, problem: str) -> dict[str, Any]:
@@ -572,7 +572,7 @@ def test_every_compacted_request_is_accepted_on_the_providers_wire_format(
     assert not [thread for thread in threading.enumerate() if thread.name == "provider-stub"]
 
 
-def test_the_openai_wire_refuses_what_openai_refuses() -> None:
+def test_the_openai_wire_rejects_what_openai_rejects() -> None:
     call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     asked = [
         {"role": "user", "content": "hi"},
