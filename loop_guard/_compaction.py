@@ -69,7 +69,8 @@ def compact_repeats(messages: Sequence[MessageT]) -> list[MessageT]:
     shorter. A message is compacted the same way in every list that begins with the
     messages before it, so sending the compacted history at each model call keeps a
     provider's cached prefix valid. Call it where the model is called (a graph's model
-    node); `LoopGuardMiddleware(compact_repeats=True)` does it for `create_agent`.
+    node), on exactly what is sent: after any trimming, which could otherwise drop a result
+    a line names. `LoopGuardMiddleware(compact_repeats=True)` does it for `create_agent`.
 
     Examples:
         >>> from langchain_core.messages import AIMessage, HumanMessage, ToolMessage

@@ -580,6 +580,11 @@ def _compare(report: Mapping[str, Any], links: Mapping[str, str]) -> str:
     costs = (report["cost"], compare["cost"])
     spent = [(f"{name} spent in loops", key) for key, name in _COSTS]
     saved = [(f"{name} saved", f"{key}_saved") for key, name in _COSTS]
+    if costs[0]["chars_kept_out"] or costs[1]["chars_kept_out"]:
+        saved += [
+            (f"{name} <code>compact_repeats</code> would keep out", f"{key}_kept_out")
+            for key, name in (("chars", "characters"), ("tokens", "tokens"))
+        ]
     pairs = [
         _Pair(
             _compared(outcome),

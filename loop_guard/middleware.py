@@ -175,7 +175,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
                 repeated message of the guard's) once: a later identical one is sent
                 as a short line naming the earlier call (`compact_repeats`). The
                 history keeps every result; the requests stay prefix-stable, so
-                prompt caching holds. Off by default.
+                prompt caching holds. List a middleware that trims what the model is
+                sent before this one, so the guard compacts what it kept. Off by default.
             **options: Any setting (`LoopGuardOptions`: `warn_threshold`,
                 `block_threshold`, `abort_threshold`, `ignore_tools`, `tools`, ...); one
                 given wins over `config` and the environment, one not given keeps coming

@@ -13,21 +13,29 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import SummarizationMiddleware
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ClearToolUsesEdit,
+    ContextEditingMiddleware,
+    ModelRequest,
+    SummarizationMiddleware,
+)
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
     ToolMessage,
     messages_to_dict,
+    trim_messages,
 )
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -117,20 +125,30 @@ def assert_prefix_stable(sent: Sequence[Sequence[BaseMessage]]) -> None:
 
 
 def assert_sent_once(sent: Sequence[BaseMessage]) -> None:
-    """The big result is sent in full once at most; each repeat names a call answered above in
-    full, and its size."""
-    answered: dict[str, str] = {}
-    for index, message in enumerate(sent):
-        if isinstance(message, ToolMessage):
-            content = str(message.content)
-            if content.startswith(MARK):
-                earlier = content.removeprefix(MARK).split(" call ")[1].split(",")[0]
-                assert f"({len(answered[earlier]):,} characters)" in content
-                first = sent[index - messages_above(content)]
-                assert (first.tool_call_id, first.content) == (earlier, answered[earlier])
-            answered[message.tool_call_id] = content
-    assert list(answered.values()).count(BIG) <= 1
+    """The big result is sent in full once at most, and each repeat's line names a result
+    sent above it in full."""
+    assert sum(isinstance(m, ToolMessage) and m.content == BIG for m in sent) <= 1
+    assert not dangling(sent)
     assert_valid_history(sent)
+
+
+def dangling(sent: Sequence[BaseMessage]) -> list[str]:
+    """The repeats' lines in `sent` that name no result sent: the message as many messages
+    above as a line says is not the result of the call it names, of the size it gives."""
+    lines = []
+    for index, message in enumerate(sent):
+        line = str(message.content)
+        if isinstance(message, ToolMessage) and line.startswith(MARK):
+            named = line.removeprefix(MARK).split(" call ")[1].split(",")[0]
+            above = messages_above(line)
+            first = sent[index - above] if above <= index else None
+            if not (
+                isinstance(first, ToolMessage)
+                and first.tool_call_id == named
+                and f"({len(str(first.content)):,} characters)" in line
+            ):
+                lines.append(line)
+    return lines
 
 
 def messages_above(line: str) -> int:
@@ -249,6 +267,59 @@ def test_compaction_holds_after_a_summary_rewrote_the_history() -> None:
         assert_sent_once(sent)
 
 
+class KeepLast(AgentMiddleware[Any, Any]):
+    """A trimmer of what the model is sent: the last `count` messages, from an AI message on
+    (so that every result keeps its call)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+    def wrap_model_call(self, request: ModelRequest[Any], handler: Any) -> Any:
+        kept = trim_messages(
+            request.messages,
+            strategy="last",
+            token_counter=len,
+            max_tokens=self.count,
+            start_on="ai",
+        )
+        return handler(request.override(messages=kept))
+
+
+def trimmers() -> list[Any]:
+    """Middleware that edit what the model is sent: a trimmer, and LangChain's clearing of
+    old tool results."""
+    clearing = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=2_000, keep=3)])
+    return [pytest.param(KeepLast(30), id="trimmer"), pytest.param(clearing, id="clearing")]
+
+
+@pytest.mark.parametrize("trimmer", trimmers())
+def test_a_trimmer_listed_before_the_guard_leaves_every_line_its_message(trimmer: Any) -> None:
+    """The guard compacts what the trimmer (outer) kept: each line names a message sent."""
+    recorder = Recorder()
+    agent = agent_of(recorder, InMemorySaver(), before=[trimmer])
+    for request in range(REQUESTS):
+        run(agent, f"request {request}", "t", "invoke")
+    assert any(MARK in str(m.content) for m in recorder.sent[-1]), "nothing was compacted"
+    for sent in recorder.sent:
+        assert_sent_once(sent)
+
+
+@pytest.mark.parametrize("trimmer", trimmers())
+def test_a_trimmer_listed_after_the_guard_can_drop_what_a_line_names(trimmer: Any) -> None:
+    """Why the order matters: a trimmer inside the guard edits the compacted messages, and
+    may drop (or clear) the result a line names while it keeps the line."""
+    recorder = Recorder()
+    model = ScriptedChatModel(script=recorder)
+    guard = LoopGuardMiddleware(compact_repeats=True)
+    agent = create_agent(
+        model, make_tools(), middleware=[guard, trimmer], checkpointer=InMemorySaver()
+    )
+    for request in range(REQUESTS):
+        run(agent, f"request {request}", "t", "invoke")
+    assert any(dangling(sent) for sent in recorder.sent)
+
+
 def resume_in_a_fresh_process(database: str) -> None:
     """Run one more request on the thread, printing what the model was sent."""
     recorder = Recorder()
@@ -277,26 +348,32 @@ def test_a_thread_resumed_in_a_fresh_process_keeps_its_prefix(tmp_path: Path) ->
     assert_sent_once(resumed[-1])
 
 
-def test_a_graphs_model_node_sends_compacted_messages() -> None:
-    """`compact_repeats` in the model node of a hand-built graph guarded by the node."""
+def guarded_graph(recorder: Recorder, sending: Callable[[list[BaseMessage]], Any]) -> Any:
+    """A hand-built graph guarded by the node, whose model node sends the model
+    `sending(messages)`."""
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
     from loop_guard import LoopGuard, LoopGuardNode, guard_tools
 
-    recorder = Recorder()
     model = ScriptedChatModel(script=recorder)
     guard = LoopGuard()
     builder = StateGraph(MessagesState)
     builder.add_node(
-        "model", lambda state: {"messages": [model.invoke(compact_repeats(state["messages"]))]}
+        "model", lambda state: {"messages": [model.invoke(sending(state["messages"]))]}
     )
     builder.add_node("tools", ToolNode(guard_tools(make_tools(), guard)))
     builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", tools_condition)
     builder.add_edge("tools", "loop_guard")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def test_a_graphs_model_node_sends_compacted_messages() -> None:
+    """`compact_repeats` in the model node of a hand-built graph guarded by the node."""
+    recorder = Recorder()
+    graph = guarded_graph(recorder, compact_repeats)
     for request in range(2):
         run(graph, f"request {request}", "t", "invoke")
     assert_prefix_stable(recorder.sent)
@@ -304,20 +381,113 @@ def test_a_graphs_model_node_sends_compacted_messages() -> None:
     assert sum(m.content == BIG for m in recorder.sent[-1]) == 1
 
 
-class AnthropicWire(BaseHTTPRequestHandler):
-    """Anthropic's Messages API as far as a request's shape goes: roles alternate, each
-    `tool_use` is answered by a `tool_result` in the next message, no text is empty (a
-    400 otherwise). It answers with the same `read_file` call every time."""
+def test_a_model_node_that_trims_then_compacts_sends_every_line_its_message() -> None:
+    def trimmed_then_compacted(messages: list[BaseMessage]) -> list[BaseMessage]:
+        kept = trim_messages(
+            messages, strategy="last", token_counter=len, max_tokens=30, start_on="ai"
+        )
+        return compact_repeats(kept)
 
-    requests: ClassVar[list[dict[str, Any]]] = []
+    recorder = Recorder()
+    graph = guarded_graph(recorder, trimmed_then_compacted)
+    for request in range(REQUESTS):
+        run(graph, f"request {request}", "t", "invoke")
+    assert any(MARK in str(m.content) for m in recorder.sent[-1]), "nothing was compacted"
+    assert max(map(len, recorder.sent)) <= 30
+    for sent in recorder.sent:
+        assert_sent_once(sent)
 
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+
+@contextmanager
+def provider_stub(answer: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]) -> Iterator[str]:
+    """A local HTTP server at the URL yielded, answering each POSTed JSON body with
+    `answer(body)`: a status and a JSON reply. Shut down, its thread joined, on exit."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            status, reply = answer(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            data = json.dumps(reply).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="provider-stub")
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+class Wire:
+    """A provider's API as far as a request's shape goes: it records each request, rejects
+    one the provider would reject (a 400 saying why), and answers every other with the same
+    `read_file` call."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         self.requests.append(body)
-        problem = wire_problem(body["messages"])
-        call = {"type": "tool_use", "id": f"toolu_{len(self.requests)}", "name": "read_file"}
-        reply = {
-            "id": f"msg_{len(self.requests)}",
+        problem = self.problem(body["messages"])
+        return (400, self.error(problem)) if problem else (200, self.reply(len(self.requests)))
+
+    def model(self, url: str) -> Any:
+        """The provider's LangChain chat model, sending to `url`."""
+        raise NotImplementedError
+
+    @staticmethod
+    def problem(messages: list[dict[str, Any]]) -> str:
+        """What the provider would reject in `messages`, or ""."""
+        raise NotImplementedError
+
+    def error(self, problem: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def reply(self, number: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class AnthropicWire(Wire):
+    """Anthropic's Messages API: roles alternate, each `tool_use` is answered by a
+    `tool_result` in the next message, no text is empty."""
+
+    def model(self, url: str) -> Any:
+        from langchain_anthropic import ChatAnthropic
+
+        return ChatAnthropic(model="claude-test", base_url=url, api_key="test", max_retries=0)  # type: ignore[call-arg]
+
+    @staticmethod
+    def problem(messages: list[dict[str, Any]]) -> str:
+        asked: set[str] = set()
+        for number, message in enumerate(messages):
+            if message["role"] != ("user", "assistant")[number % 2]:
+                return f"messages.{number}: roles must alternate"
+            blocks = message["content"]
+            blocks = [{"type": "text", "text": blocks}] if isinstance(blocks, str) else blocks
+            answered = {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
+            if answered != asked:
+                return f"messages.{number}: tool_use ids {asked} answered by {answered}"
+            if any(b["type"] == "text" and not b["text"].strip() for b in blocks):
+                return f"messages.{number}: text content blocks must be non-empty"
+            asked = {b["id"] for b in blocks if b["type"] == "tool_use"}
+        return ""
+
+    def error(self, problem: str) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
+
+    def reply(self, number: int) -> dict[str, Any]:
+        call = {"type": "tool_use", "id": f"toolu_{number}", "name": "read_file"}
+        return {
+            "id": f"msg_{number}",
             "type": "message",
             "role": "assistant",
             "model": "claude-test",
@@ -326,55 +496,92 @@ class AnthropicWire(BaseHTTPRequestHandler):
             "stop_sequence": None,
             "usage": {"input_tokens": 10, "output_tokens": 5},
         }
-        error = {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
-        data = json.dumps(error if problem else reply).encode()
-        self.send_response(400 if problem else 200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
-def wire_problem(messages: list[dict[str, Any]]) -> str:
-    """What Anthropic would refuse in `messages`, or ""."""
-    asked: set[str] = set()
-    for number, message in enumerate(messages):
-        if message["role"] != ("user", "assistant")[number % 2]:
-            return f"messages.{number}: roles must alternate"
-        blocks = message["content"]
-        blocks = [{"type": "text", "text": blocks}] if isinstance(blocks, str) else blocks
-        answered = {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
-        if answered != asked:
-            return f"messages.{number}: tool_use ids {asked} answered by {answered}"
-        if any(b["type"] == "text" and not b["text"].strip() for b in blocks):
-            return f"messages.{number}: text content blocks must be non-empty"
-        asked = {b["id"] for b in blocks if b["type"] == "tool_use"}
-    return ""
+class OpenAIWire(Wire):
+    """OpenAI's Chat Completions API: each of an assistant message's `tool_calls` is
+    answered by a `tool` message before any other message, a `tool` message answers a call
+    of the assistant message before it, and content is a string (an assistant's may be
+    null)."""
+
+    def model(self, url: str) -> Any:
+        from langchain_openai import ChatOpenAI
+
+        return ChatOpenAI(model="gpt-test", base_url=url, api_key="test", max_retries=0)  # type: ignore[arg-type]
+
+    @staticmethod
+    def problem(messages: list[dict[str, Any]]) -> str:
+        pending: set[str] = set()
+        for number, message in enumerate(messages):
+            content = message.get("content")
+            if not (isinstance(content, str) or (content is None and "tool_calls" in message)):
+                return f"messages[{number}].content: expected a string"
+            if message["role"] == "tool":
+                if message["tool_call_id"] not in pending:
+                    return f"messages[{number}]: a 'tool' message must answer a preceding call"
+                pending.remove(message["tool_call_id"])
+                continue
+            if pending:
+                return f"messages[{number}]: tool_call_ids without a response: {sorted(pending)}"
+            pending = {call["id"] for call in message.get("tool_calls", [])}
+        return f"tool_call_ids without a response: {sorted(pending)}" if pending else ""
+
+    def error(self, problem: str) -> dict[str, Any]:
+        return {"error": {"type": "invalid_request_error", "message": problem, "code": None}}
+
+    def reply(self, number: int) -> dict[str, Any]:
+        call = {"name": "read_file", "arguments": json.dumps({"path": "big-0"})}
+        return {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-test",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": f"call_{number}", "type": "function", "function": call}
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
 
 
-def test_every_compacted_request_is_accepted_on_anthropics_wire_format() -> None:
-    from langchain_anthropic import ChatAnthropic
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), AnthropicWire)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_port}"
-        model = ChatAnthropic(model="claude-test", base_url=url, api_key="test", max_retries=0)  # type: ignore[call-arg]
+@pytest.mark.parametrize("wire", [AnthropicWire, OpenAIWire])
+def test_every_compacted_request_is_accepted_on_the_providers_wire_format(
+    wire: type[Wire],
+) -> None:
+    provider = wire()
+    with provider_stub(provider) as url:
         guard = LoopGuardMiddleware(compact_repeats=True)
-        agent = create_agent(model, make_tools(), middleware=[guard], checkpointer=InMemorySaver())
+        agent = create_agent(
+            provider.model(url), make_tools(), middleware=[guard], checkpointer=InMemorySaver()
+        )
         for request in range(2):
             run(agent, f"request {request}", "t", "invoke")
-    finally:
-        server.shutdown()
-    sent = AnthropicWire.requests
-    assert len(sent) >= 14
-    results = [
-        block["content"]
-        for block in sent[-1]["messages"][-1]["content"]
-        if block["type"] == "tool_result"
+    assert len(provider.requests) >= 14
+    last = json.dumps(provider.requests[-1])
+    assert last.count(json.dumps(BIG)[1:-1]) == 1
+    assert last.count(MARK) >= 4
+    assert not [thread for thread in threading.enumerate() if thread.name == "provider-stub"]
+
+
+def test_the_openai_wire_rejects_what_openai_rejects() -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    asked = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
     ]
-    assert results
-    assert any(MARK in json.dumps(body) for body in sent)
+    answer = {"role": "tool", "tool_call_id": "call_1", "content": "ok"}
+    assert OpenAIWire.problem([*asked, answer, {"role": "user", "content": "more"}]) == ""
+    assert "without a response" in OpenAIWire.problem([*asked, {"role": "user", "content": "x"}])
+    assert "without a response" in OpenAIWire.problem(asked)
+    assert "must answer" in OpenAIWire.problem([*asked, answer, answer])
+    listed = {**answer, "content": [{"type": "text", "text": "ok"}]}
+    assert "expected a string" in OpenAIWire.problem([*asked, listed])

@@ -255,8 +255,21 @@ def test_what_compaction_would_keep_out_is_a_headline_figure_when_it_would() -> 
     text = " ".join(Page(render_page(REPORT)).text)
     assert "compact_repeats  would keep out 2.4M characters of context, 600k tokens" in text
     nothing = copy.deepcopy(REPORT)
-    nothing["cost"].update(chars_kept_out=0, tokens_kept_out=0)
+    for cost in (nothing["cost"], nothing["compare"]["cost"]):
+        cost.update(chars_kept_out=0, tokens_kept_out=0)
     assert "compact_repeats" not in " ".join(Page(render_page(nothing)).text)
+
+
+def test_the_comparison_shows_what_compaction_would_keep_out_under_each() -> None:
+    compared = copy.deepcopy(REPORT)
+    compared["compare"]["cost"].update(chars_kept_out=1_800_000, tokens_kept_out=450_000)
+    section = render_page(compared).split('id="h-compare"')[1]
+    text = re.sub(r"\s+", " ", " ".join(Page(section).text))
+    assert "compact_repeats would keep out 2,400,000 1,800,000" in text
+    assert "tokens compact_repeats would keep out 600,000 450,000" in text
+    for cost in (compared["cost"], compared["compare"]["cost"]):
+        cost.update(chars_kept_out=0, tokens_kept_out=0)
+    assert "compact_repeats" not in render_page(compared).split('id="h-compare"')[1]
 
 
 def test_tokens_the_model_never_reported_are_said_to_be_unknown_not_zero() -> None:
