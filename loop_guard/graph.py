@@ -15,11 +15,12 @@ from langgraph.types import Command
 from typing_extensions import assert_never
 
 from loop_guard import _messages
-from loop_guard._conversation import conversation_for, session_for
+from loop_guard._conversation import conversation_for, follow_history, session_for
 from loop_guard._faces import attach_sinks, final_answer_failed, results_of, verdicts_of
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
+    STATE_KEY,
     answer_request,
     block_message,
     final_answer,
@@ -160,6 +161,10 @@ class LoopGuardNode:
         while end > 0 and not isinstance(messages[end - 1], AIMessage):
             end -= 1
         session = session_for(self.guard, key, messages, end)
+        if answers and all(STATE_KEY in answer.response_metadata for answer in answers):
+            # Guarded tools recorded them, and published what they led to, in the process
+            # that ran them: a process taking the thread over reads them, publishing nothing.
+            follow_history(self.guard, session, messages)
         corrections: list[AnyMessage] = []
         unrecorded: list[tuple[Call, ToolMessage]] = []  # answers no wrapper recorded
         # Verdicts already given (by wrapped tools) come back unchanged; calls no wrapper

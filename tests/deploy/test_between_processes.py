@@ -1,9 +1,11 @@
 """Loops between agents on a thread that another process resumes mid-loop (SPEC §5, §9).
 
-A swarm ping-pong and a supervisor re-delegating the same task run their first laps in one
-process; a fresh process, with agents and guards of its own, resumes the same thread from
-its checkpointer: the steer and the stop land exactly where one uninterrupted run puts them.
-SQLite always; PostgreSQL too when LOOP_GUARD_TEST_POSTGRES_URL names a server.
+A swarm ping-pong, a supervisor re-delegating the same task and a ping-pong in a network
+of one's own run their first laps in one process; a fresh process, with agents and guards
+of its own, resumes the same thread from its checkpointer: the steer and the stop land
+exactly where one uninterrupted run puts them, and the two processes together publish
+the events that run does, each once. SQLite always; PostgreSQL too when
+LOOP_GUARD_TEST_POSTGRES_URL names a server.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -24,14 +26,25 @@ PROCESS = ROOT / "tests" / "support" / "between_process.py"
 STEER = "human[loop_guard]:LOOP GUARD"
 STOP = "ai[loop_guard]:Stopped by loop_guard"
 MODES = [pytest.param("sync"), pytest.param("async", marks=needs_async_context)]
-SHAPES = ["swarm", "supervisor"]
+SHAPES = ["swarm", "supervisor", "network"]
+AFTER_STEER = {"swarm": 3, "supervisor": 3, "network": 5}
+"""Resumes after which the first process has published the steer (the network's: decided
+by the guarded tool, still to be written by the node)."""
 
 
 Place = tuple[str, str]  # a checkpointer (a SQLite file, a PostgreSQL URL) and a thread in it
 
 
-def run_process(place: Place, shape: str, mode: str, resumes: int) -> list[str]:
-    """Drive a thread from a new process; the thread's timeline when it is done."""
+class Share(NamedTuple):
+    """What one process saw of a thread: its timeline when the process was done, and the
+    kinds of the events it published."""
+
+    timeline: list[str]
+    events: list[str]
+
+
+def run_process(place: Place, shape: str, mode: str, resumes: int) -> Share:
+    """Drive a thread from a new process; what it saw of it."""
     store, thread = place
     done = subprocess.run(
         [sys.executable, str(PROCESS), store, thread, shape, mode, str(resumes)],
@@ -41,14 +54,19 @@ def run_process(place: Place, shape: str, mode: str, resumes: int) -> list[str]:
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    return Share(seen["timeline"], seen["events"])
 
 
 def assert_stopped_in_time(shape: str, whole: Sequence[str]) -> None:
-    """The swarm: steered within 3 laps, stopped within 6; the supervisor: steered after
-    3 delegations and stopped with at most 4 run. Both end with the stop."""
+    """The ping-pongs: steered within 3 laps, stopped within 6; the supervisor: steered
+    after 3 delegations and stopped with at most 4 run. All end with the stop."""
     steer = next(i for i, line in enumerate(whole) if line.startswith(STEER))
-    if shape == "swarm":
+    if shape == "network":
+        handoffs = [line.startswith("tool:success:Transferred") for line in whole]
+        assert sum(handoffs[:steer]) == 2 * 3
+        assert sum(handoffs) <= 2 * 6
+    elif shape == "swarm":
         handoffs = [line.startswith("tool:success:Successfully transferred") for line in whole]
         assert sum(handoffs[:steer]) <= 2 * 3
         assert sum(handoffs) <= 2 * 6
@@ -59,16 +77,21 @@ def assert_stopped_in_time(shape: str, whole: Sequence[str]) -> None:
     assert whole[-1].startswith(STOP)
 
 
-def resumed_mid_loop(whole_run: Place, moved_run: Place, shape: str, mode: str) -> None:
-    """One process runs `whole_run` to its end; on `moved_run`, one process runs the first
-    laps, a fresh one the rest: the same timeline."""
+def resumed_mid_loop(whole_run: Place, moved_runs: Sequence[Place], shape: str, mode: str) -> None:
+    """One process runs `whole_run` to its end; on each of `moved_runs`, one process runs
+    the first laps (before the steer, then after the first process published it), a fresh
+    one the rest: the same timeline, and between them the same events, each once."""
     whole = run_process(whole_run, shape, mode, 1000)
-    assert_stopped_in_time(shape, whole)
-    first = run_process(moved_run, shape, mode, 2)
-    assert not any(line.startswith(STEER) for line in first)  # moved before the steer
-    second = run_process(moved_run, shape, mode, 1000)
-    assert second[: len(first)] == first
-    assert second == whole
+    assert_stopped_in_time(shape, whole.timeline)
+    assert whole.events == ["steer", "block", "block", "block", "stop"]
+    before_steer, after_steer = moved_runs
+    for place, resumes in ((before_steer, 2), (after_steer, AFTER_STEER[shape])):
+        first = run_process(place, shape, mode, resumes)
+        assert ("steer" in first.events) == (place is after_steer)
+        second = run_process(place, shape, mode, 1000)
+        assert second.timeline[: len(first.timeline)] == first.timeline
+        assert second.timeline == whole.timeline
+        assert first.events + second.events == whole.events
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -76,9 +99,8 @@ def resumed_mid_loop(whole_run: Place, moved_run: Place, shape: str, mode: str) 
 def test_a_loop_between_agents_resumed_by_a_fresh_process_on_sqlite(
     tmp_path: Path, shape: str, mode: str
 ) -> None:
-    resumed_mid_loop(
-        (str(tmp_path / "whole.sqlite"), "t"), (str(tmp_path / "moved.sqlite"), "t"), shape, mode
-    )
+    moved = [(str(tmp_path / f"moved-{n}.sqlite"), "t") for n in range(2)]
+    resumed_mid_loop((str(tmp_path / "whole.sqlite"), "t"), moved, shape, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -86,4 +108,5 @@ def test_a_loop_between_agents_resumed_by_a_fresh_process_on_sqlite(
 def test_a_loop_between_agents_resumed_by_a_fresh_process_on_postgres(
     postgres_url: str, new_thread: Any, shape: str, mode: str
 ) -> None:
-    resumed_mid_loop((postgres_url, new_thread()), (postgres_url, new_thread()), shape, mode)
+    moved = [(postgres_url, new_thread()) for _ in range(2)]
+    resumed_mid_loop((postgres_url, new_thread()), moved, shape, mode)

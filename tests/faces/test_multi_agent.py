@@ -13,7 +13,7 @@ import sqlite3
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from langchain.agents import create_agent
@@ -31,11 +31,12 @@ from loop_guard import (
     LoopGuard,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
+    LoopGuardStop,
     guard_tools,
 )
 from loop_guard.testing import Script, ScriptedChatModel
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
-from tests.support.between import HandlerPingPong, Network, PingPong
+from tests.support.between import TASKS, HandlerPingPong, Network, PingPong, search
 
 SYNC = pytest.mark.parametrize(
     "sync",
@@ -169,6 +170,28 @@ def test_a_ping_pong_in_a_network_of_ones_own_is_steered_then_stopped(sync: bool
     assert network.models["alice"].calls + network.models["bob"].calls == 11
 
 
+@SYNC
+def test_a_ping_pong_in_a_network_of_ones_own_watched_by_the_handler_stops_with_an_error(
+    sync: bool,
+) -> None:
+    """The same network with the handler in place of the node: the steer rides on the
+    answer of the handoff that closed the 3rd lap and the next three are blocked, as
+    with the node; but the agents are the graph's own nodes, not subgraphs the handler
+    could end, so its stop is `LoopGuardStop` out of the run (as for any agent at the
+    top of a graph), and the thread ends with the last block, every call answered."""
+    network = Network("handler")
+    with pytest.raises(LoopGuardStop):
+        network.run(sync)
+    messages = network.history()
+    assert_valid_history(messages)
+    steer = next(i for i, m in enumerate(messages) if "LOOP GUARD" in m.text)
+    assert messages[steer].text.startswith("Transferred to alice.")
+    assert sum(m.text.startswith("Transferred") for m in messages[: steer + 1]) == 2 * 3
+    assert len(blocked(messages)) == 3
+    assert blocked(messages)[-1] is messages[-1]
+    assert [event.kind for event in network.events] == ["steer", "block", "block", "block", "stop"]
+
+
 def test_each_agent_is_steered_and_blocked_by_the_shared_sequence() -> None:
     """Without the shared sequence each agent saw one call per activation and the swarm ran
     to the recursion limit: the cycle is the two agents' calls together."""
@@ -210,15 +233,26 @@ def describe(message: BaseMessage) -> str:
 
 
 @tool
-def search(topic: str) -> str:
-    """Search the web."""
-    return f"findings on {topic}"
-
-
-@tool
 def write(draft: str) -> str:
     """Write a draft."""
     return f"draft saved: {draft}"
+
+
+@SYNC
+@pytest.mark.parametrize("face", ["node", "handler"])
+def test_a_network_of_ones_own_handing_over_new_work_runs_to_its_end(
+    sync: bool, face: Literal["node", "handler"]
+) -> None:
+    """Alice and bob each search a topic no one searched yet before handing over: every
+    handoff brings new work, so the network runs through all the topics to the answer,
+    with no event, watched by the node or by the handler."""
+    network = Network(face, new_work=True)
+    messages = network.run(sync)
+    assert messages[-1].text == "The plan is ready."
+    assert sum(isinstance(m, ToolMessage) and m.name == "search" for m in messages) == TASKS
+    assert sum(m.text.startswith("Transferred") for m in messages) == TASKS
+    assert network.events == []
+    assert_valid_history(messages)
 
 
 @pytest.mark.parametrize("face", ["middleware", "handler"])

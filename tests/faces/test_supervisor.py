@@ -1,7 +1,8 @@
 """Loops between agents (SPEC §9) in a supervisor graph: a `create_agent` supervisor with
 `LoopGuardMiddleware` delegating through `langgraph-supervisor`'s handoff tool to a worker
-agent, which reports back to it; and `create_supervisor`'s own supervisor, watched by the
-callback handler with its handoff tools guarded. Re-delegating the same task with the same
+agent, which reports back to it; the same supervisor with no middleware, and
+`create_supervisor`'s own, each watched by the callback handler with its handoff tools
+guarded. Re-delegating the same task with the same
 report is a streak; a new task or a new report is progress. Only the chat models are
 scripted.
 """
@@ -13,7 +14,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from loop_guard import GUARD_NAME
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
-from tests.support.between import TASKS, PrebuiltSupervisor, Supervisor
+from tests.support.between import TASKS, HandlerSupervisor, PrebuiltSupervisor, Supervisor
 
 SYNC = pytest.mark.parametrize(
     "sync",
@@ -23,7 +24,15 @@ BUILT = pytest.mark.parametrize(
     "kind",
     [
         pytest.param(Supervisor, id="create_agent-middleware"),
+        pytest.param(HandlerSupervisor, id="create_agent-handler"),
         pytest.param(PrebuiltSupervisor, id="create_supervisor-handler"),
+    ],
+)
+WATCHED = pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(HandlerSupervisor, id="create_agent"),
+        pytest.param(PrebuiltSupervisor, id="create_supervisor"),
     ],
 )
 
@@ -53,13 +62,18 @@ def test_a_supervisor_delegating_the_same_task_again_is_stopped(sync: bool) -> N
 
 
 @SYNC
-def test_create_supervisor_delegating_the_same_task_again_is_stopped(sync: bool) -> None:
-    """`create_supervisor`'s own supervisor, the same task and report each time: the steer
-    rides on the 4th delegation's answer, the 5th is blocked, and the stop ends the graph;
-    at most 4 delegations ran, every call answered. Each supervisor turn is a conversation
-    of its own that reads the history again; the steer is published once, by the turn
-    that reads the report it follows from."""
-    supervisor = PrebuiltSupervisor(new_tasks=False, new_findings=False)
+@WATCHED
+def test_a_supervisor_watched_by_the_handler_delegating_the_same_task_again_is_stopped(
+    sync: bool, kind: type[Supervisor]
+) -> None:
+    """A supervisor with no middleware (a `create_agent` one, or `create_supervisor`'s
+    own), its handoff tool guarded, the handler on the graph's run; the same task and
+    report each time: the steer rides on the 4th delegation's answer, the 5th is
+    blocked, and the stop ends the graph; at most 4 delegations ran, every call
+    answered. Each supervisor turn is a conversation of its own that reads the history
+    again; the steer is published once, by the turn that reads the report it follows
+    from."""
+    supervisor = kind(new_tasks=False, new_findings=False)
     messages = supervisor.run(sync)
     assert_valid_history(messages)
     assert supervisor.delegations <= 4

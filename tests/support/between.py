@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -28,7 +28,9 @@ from loop_guard import (
     LoopGuardNode,
     guard_tools,
 )
-from loop_guard.testing import ScriptedChatModel, stubborn
+from loop_guard.testing import Script, ScriptedChatModel, stubborn
+
+TASKS = 10  # how many tasks the graphs of agents with new work to do get through
 
 
 class PingPong:
@@ -92,24 +94,41 @@ class HandlerPingPong(PingPong):
 class Network:
     """Alice and bob as nodes of one hand-built graph, each calling its own model with
     a handoff-like tool that names the other as the next agent; the network routes to
-    the agent named (`Command(goto=...)`). One guard: the tools wrapped by `guard_tools`,
-    `LoopGuardNode` after the tools node."""
+    the agent named (`Command(goto=...)`). One guard, the tools wrapped by `guard_tools`,
+    and on `face` `"node"` `LoopGuardNode` after the tools node; on `"handler"` the
+    callback handler in the run config instead. Stubborn agents hand over whatever they
+    are told; with `new_work`, each searches a topic of its own before handing over, for
+    `TASKS` searches in all, then answers. The graph is compiled with `checkpointer` (in
+    memory by default) and `compile_options`; it runs on thread `t`."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        face: Literal["node", "handler"] = "node",
+        *,
+        new_work: bool = False,
+        checkpointer: Any = None,
+        **compile_options: Any,
+    ) -> None:
         self.events: list[GuardEvent] = []
         self.models: dict[str, ScriptedChatModel] = {}
         guard = LoopGuard(on_event=self.events.append)
-        tools = guard_tools([_handoff("alice"), _handoff("bob")], guard)
+        self.config: dict[str, Any] = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
+        tools = guard_tools([_handoff("alice"), _handoff("bob"), search], guard)
         graph = StateGraph(NetworkState)
         for name, other in (("alice", "bob"), ("bob", "alice")):
-            self.models[name] = ScriptedChatModel(script=stubborn((f"transfer_to_{other}", {})))
+            script = _working(other) if new_work else stubborn((f"transfer_to_{other}", {}))
+            self.models[name] = ScriptedChatModel(script=script)
             graph.add_node(name, self._agent(name, tools), destinations=("tools", END))
         graph.add_node("tools", ToolNode(tools))
-        graph.add_node("loop_guard", LoopGuardNode(guard, next_node="next_agent"))
         graph.add_node("next_agent", _next_agent, destinations=("alice", "bob"))
         graph.add_edge(START, "alice")
-        graph.add_edge("tools", "loop_guard")
-        self.app = graph.compile(checkpointer=InMemorySaver())
+        if face == "node":
+            graph.add_node("loop_guard", LoopGuardNode(guard, next_node="next_agent"))
+            graph.add_edge("tools", "loop_guard")
+        else:
+            self.config["callbacks"] = [LoopGuardCallbackHandler(guard)]
+            graph.add_edge("tools", "next_agent")
+        self.app = graph.compile(checkpointer=checkpointer or InMemorySaver(), **compile_options)
 
     def _agent(self, name: str, tools: Sequence[BaseTool]) -> Any:
         model = self.models[name].bind_tools(tools)
@@ -123,10 +142,13 @@ class Network:
 
     def run(self, sync: bool) -> list[BaseMessage]:
         payload = {"messages": [HumanMessage("Plan a trip")], "active_agent": "alice"}
-        config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
         if sync:
-            return list(self.app.invoke(payload, config)["messages"])
-        return list(asyncio.run(self.app.ainvoke(payload, config))["messages"])
+            return list(self.app.invoke(payload, self.config)["messages"])
+        return list(asyncio.run(self.app.ainvoke(payload, self.config))["messages"])
+
+    def history(self) -> list[BaseMessage]:
+        """The thread's messages as checkpointed (also after a run that raised)."""
+        return list(self.app.get_state(self.config).values["messages"])
 
 
 class NetworkState(MessagesState):
@@ -143,6 +165,29 @@ def _handoff(agent: str) -> BaseTool:
     return transfer
 
 
+@tool
+def search(topic: str) -> str:
+    """Search the web."""
+    return f"findings on {topic}"
+
+
+def _working(other: str) -> Script:
+    """An agent that searches a topic no one searched yet, then hands the task to
+    `other`; once `TASKS` topics are searched, it answers."""
+
+    def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
+        searched = sum(isinstance(m, ToolMessage) and m.name == "search" for m in messages)
+        if isinstance(messages[-1], ToolMessage) and messages[-1].name == "search":
+            call = {"name": f"transfer_to_{other}", "args": {}, "id": f"handoff-{index}"}
+            return AIMessage(content="", tool_calls=[call])
+        if searched >= TASKS:
+            return AIMessage(content="The plan is ready.")
+        call = {"name": "search", "args": {"topic": f"topic {searched + 1}"}, "id": f"s-{index}"}
+        return AIMessage(content="", tool_calls=[call])
+
+    return script
+
+
 def _next_agent(state: NetworkState) -> Command[Any]:
     return Command(goto=state["active_agent"])
 
@@ -150,9 +195,6 @@ def _next_agent(state: NetworkState) -> Command[Any]:
 def agent_of(event: GuardEvent) -> str:
     """The agent an event's conversation is in: its namespace's first node."""
     return event.conversation.partition("|")[2].partition(":")[0]
-
-
-TASKS = 10  # how many tasks a supervisor with new work to hand out delegates
 
 
 class Supervisor:
@@ -179,19 +221,27 @@ class Supervisor:
         )
 
     def _build(self) -> StateGraph[Any]:
-        supervisor = create_agent(
+        worker = create_agent(ScriptedChatModel(script=self._work), [], name="worker")
+        graph = StateGraph(MessagesState)
+        graph.add_node(self._supervisor(), destinations=("worker", END))
+        graph.add_node("worker", worker)
+        graph.add_edge(START, "supervisor")
+        graph.add_edge("worker", "supervisor")
+        return graph
+
+    def _supervisor(self) -> Any:
+        return create_agent(
             ScriptedChatModel(script=self._supervise),
             [create_delegation_tool(agent_name="worker")],
             middleware=[LoopGuardMiddleware(on_event=self.events.append)],
             name="supervisor",
         )
-        worker = create_agent(ScriptedChatModel(script=self._work), [], name="worker")
-        graph = StateGraph(MessagesState)
-        graph.add_node(supervisor, destinations=("worker", END))
-        graph.add_node("worker", worker)
-        graph.add_edge(START, "supervisor")
-        graph.add_edge("worker", "supervisor")
-        return graph
+
+    def _watching_guard(self) -> LoopGuard:
+        """A guard whose callback handler watches the graph's runs."""
+        guard = LoopGuard(on_event=self.events.append)
+        self.config["callbacks"] = [LoopGuardCallbackHandler(guard)]
+        return guard
 
     def _supervise(self, messages: Sequence[BaseMessage], index: int) -> AIMessage:
         reports = sum(
@@ -216,13 +266,23 @@ class Supervisor:
         return list(asyncio.run(self.app.ainvoke(payload, self.config))["messages"])
 
 
+class HandlerSupervisor(Supervisor):
+    """The same `create_agent` supervisor with no middleware: its handoff tool guarded by
+    `guard_tools`, the callback handler in the parent graph's run config."""
+
+    def _supervisor(self) -> Any:
+        handoffs = guard_tools(
+            [create_delegation_tool(agent_name="worker")], self._watching_guard()
+        )
+        return create_agent(ScriptedChatModel(script=self._supervise), handoffs, name="supervisor")
+
+
 class PrebuiltSupervisor(Supervisor):
     """The same supervisor built by `create_supervisor` (no middleware): its handoff tool
     guarded by `guard_tools`, the callback handler in the parent graph's run config."""
 
     def _build(self) -> StateGraph[Any]:
-        guard = LoopGuard(on_event=self.events.append)
-        self.config["callbacks"] = [LoopGuardCallbackHandler(guard)]
+        guard = self._watching_guard()
         worker = create_agent(ScriptedChatModel(script=self._work), [], name="worker")
         handoffs = guard_tools([create_delegation_tool(agent_name="worker")], guard)
         return create_supervisor(

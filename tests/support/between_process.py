@@ -5,11 +5,13 @@ Usage: python tests/support/between_process.py STORE THREAD SHAPE MODE RESUMES
 STORE is a SQLite file or a `postgresql://` URL (the thread's checkpointer). SHAPE is
 `swarm` (`tests.support.between.PingPong`, pausing before each of bob's turns) or
 `supervisor` (`tests.support.between.Supervisor` re-delegating the same task, pausing
-before each of the worker's). MODE is `sync` (`invoke`) or `async` (`ainvoke`, the
-async checkpointer). The process builds its agents and guards afresh, starts the request
-when the thread is empty, then resumes at most RESUMES times while the thread has
-something left to run, and prints the thread's timeline
-(`tests.support.agents.timeline`) as JSON on its last line.
+before each of the worker's) or `network` (`tests.support.between.Network` guarded by
+`guard_tools` and `LoopGuardNode`, pausing before each of the node's steps). MODE is
+`sync` (`invoke`) or `async` (`ainvoke`, the async checkpointer). The process builds its
+agents and guards afresh, starts the request when the thread is empty, then resumes at
+most RESUMES times while the thread has something left to run, and prints the thread's
+timeline (`tests.support.agents.timeline`) and the kinds of the events its guards
+published, as JSON on its last line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ def main(store: str, thread: str, shape: str, mode: str, resumes: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
     if mode == "sync":
         with _checkpointer(store) as checkpointer:
-            app = _app(shape, checkpointer)
+            app, kinds = _app(shape, checkpointer)
             config = _config(thread)
             if not app.get_state(config).values:
                 app.invoke(_request(shape), config)
@@ -34,17 +37,17 @@ def main(store: str, thread: str, shape: str, mode: str, resumes: int) -> None:
                 if not app.get_state(config).next:
                     break
                 app.invoke(None, config)
-            messages = app.get_state(config).values["messages"]
+            messages, events = app.get_state(config).values["messages"], kinds()
     else:
-        messages = asyncio.run(_arun(store, thread, shape, resumes))
+        messages, events = asyncio.run(_arun(store, thread, shape, resumes))
     from tests.support.agents import timeline
 
-    print(json.dumps(timeline(messages)))
+    print(json.dumps({"timeline": timeline(messages), "events": events}))
 
 
-async def _arun(store: str, thread: str, shape: str, resumes: int) -> Any:
+async def _arun(store: str, thread: str, shape: str, resumes: int) -> tuple[Any, list[str]]:
     async with _acheckpointer(store) as checkpointer:
-        app = _app(shape, checkpointer)
+        app, kinds = _app(shape, checkpointer)
         config = _config(thread)
         if not (await app.aget_state(config)).values:
             await app.ainvoke(_request(shape), config)
@@ -52,22 +55,31 @@ async def _arun(store: str, thread: str, shape: str, resumes: int) -> Any:
             if not (await app.aget_state(config)).next:
                 break
             await app.ainvoke(None, config)
-        return (await app.aget_state(config)).values["messages"]
+        return (await app.aget_state(config)).values["messages"], kinds()
 
 
-def _app(shape: str, checkpointer: Any) -> Any:
-    from tests.support.between import PingPong, Supervisor
+def _app(shape: str, checkpointer: Any) -> tuple[Any, Callable[[], list[str]]]:
+    """The graph of `shape`, and the kinds of the events its guards published so far."""
+    from tests.support.between import Network, PingPong, Supervisor
 
     if shape == "swarm":
-        return PingPong(checkpointer, interrupt_before=["bob"]).app
-    return Supervisor(checkpointer=checkpointer, interrupt_before=["worker"]).app
+        swarm = PingPong(checkpointer, interrupt_before=["bob"])
+        return swarm.app, swarm.kinds
+    graph = (
+        Supervisor(checkpointer=checkpointer, interrupt_before=["worker"])
+        if shape == "supervisor"
+        else Network(checkpointer=checkpointer, interrupt_before=["loop_guard"])
+    )
+    return graph.app, lambda: [event.kind for event in graph.events]
 
 
 def _request(shape: str) -> dict[str, Any]:
     from langchain_core.messages import HumanMessage
 
-    text = "Plan a trip" if shape == "swarm" else "Summarise the research"
-    return {"messages": [HumanMessage(text, id="u1")]}
+    if shape == "supervisor":
+        return {"messages": [HumanMessage("Summarise the research", id="u1")]}
+    request = {"messages": [HumanMessage("Plan a trip", id="u1")]}
+    return request if shape == "swarm" else {**request, "active_agent": "alice"}
 
 
 def _config(thread: str) -> dict[str, Any]:
