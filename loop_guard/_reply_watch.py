@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Sequence
+from contextvars import ContextVar, Token
 from typing import Any, cast
 from uuid import UUID
 
@@ -38,7 +37,10 @@ REPEATS_KEY = "loop_guard_repeats"
 
 def repetition_in(message: BaseMessage, min_chars: int) -> Repetition | None:
     """Where a finished reply began repeating its own text, if it did."""
-    return find_repetition(text_of(message.content), min_chars)
+    content = message.content
+    if not content:
+        return None  # a reply of tool calls only: no text to read
+    return find_repetition(text_of(content), min_chars)
 
 
 def repeats_in(message: AIMessage, min_chars: int) -> int | None:
@@ -157,6 +159,8 @@ class ReplyWatches:
     def end(self, run_id: UUID) -> TextWatch | None:
         """Stop watching a run: its watch, `None` when it was not watched (or its
         repetition was found already)."""
+        if run_id not in self._runs:
+            return None  # most runs ending are chains and tools, never watched
         with self._lock:
             return self._runs.pop(run_id, None)
 
@@ -174,7 +178,9 @@ class ReplyWatches:
 class Cutter(BaseCallbackHandler):
     """Cuts a streaming reply where it begins repeating itself: raises `RepeatedTextCut`
     out of the model's generation (closing its stream). Attached to every chat model run
-    within `cutting` by a configure hook, as LangChain attaches its tracers.
+    within its `with` block by a configure hook, as LangChain attaches its tracers. A
+    model that does not stream is not watched: its finished reply is read whole
+    (`repetition_in`).
 
     It watches the runs of the agent's own model call, those whose prompt ends as
     `prompt` does (the model request's messages, a system message maybe before them): a
@@ -187,6 +193,9 @@ class Cutter(BaseCallbackHandler):
 
     raise_error = True
     run_inline = True  # in the generation's own loop, before its next chunk
+    # Plain attributes, not the base class's properties: LangChain reads them per token.
+    ignore_llm = False
+    ignore_chat_model = False
 
     def __init__(self, min_chars: int, prompt: Sequence[BaseMessage] = ()) -> None:
         super().__init__()
@@ -201,6 +210,18 @@ class Cutter(BaseCallbackHandler):
         # and hashing one costs more than the rest of a token's work).
         self._runs: dict[UUID, tuple[TextWatch, list[Any]]] = {}
         self._last: tuple[UUID | None, tuple[TextWatch, list[Any]] | None] = (None, None)
+        self._attached: Token[Cutter | None] | None = None
+
+    def __enter__(self) -> Cutter:
+        """Attach the cutter to the chat model runs that start within the block."""
+        self._attached = _cutter.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Detach it: model runs that start after the block are not watched."""
+        if self._attached is not None:
+            _cutter.reset(self._attached)
+            self._attached = None
 
     @override
     def on_chat_model_start(
@@ -312,16 +333,3 @@ class _CutIsNotAnError(logging.Filter):
 
 
 logging.getLogger("langchain_core.callbacks.manager").addFilter(_CutIsNotAnError())
-
-
-@contextmanager
-def cutting(min_chars: int, prompt: Sequence[BaseMessage] = ()) -> Iterator[Cutter]:
-    """Within this block, a chat model run on `prompt` whose streamed reply begins
-    repeating itself is cut (`RepeatedTextCut`; then `Cutter.cut`). A model that does not
-    stream is not watched: its finished reply is read whole (`repetition_in`)."""
-    cutter = Cutter(min_chars, prompt)
-    token = _cutter.set(cutter)
-    try:
-        yield cutter
-    finally:
-        _cutter.reset(token)

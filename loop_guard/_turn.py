@@ -54,13 +54,14 @@ from loop_guard._langchain import (
     messages_of,
     stop_messages,
     tokens_of,
-    tool_names,
 )
 from loop_guard._repeated_text import Repetition
-from loop_guard._reply_watch import Cutter, RepeatedTextCut, cut_reply, cutting, repetition_in
+from loop_guard._reply_watch import Cutter, RepeatedTextCut, cut_reply, repetition_in
 from loop_guard._values import Block, Proceed, Steer
 
 logger = logging.getLogger("loop_guard")
+
+_NOT_WATCHING: AbstractContextManager[None] = nullcontext()
 
 
 class Mode(Enum):
@@ -88,6 +89,7 @@ class Turn(Generic[ResponseT]):
         self,
         guard: LoopGuard,
         request: ModelRequest[Any],
+        tools: frozenset[str],
         *,
         exit_behavior: str,
         judge_every: int,
@@ -99,7 +101,7 @@ class Turn(Generic[ResponseT]):
         self.session = session_of(guard, request.state, request.runtime)
         self.history = messages_of(request.state)  # the history before this turn
         self._start = self.session.state  # the state read: changed when it is not this one
-        self.tools = tool_names(request.tools)  # the tools that exist: others are missing
+        self.tools = tools  # the names of the tools the request offers: others are missing
         self.mode = Mode.CALLING
         # Each reply blocked in full adds a block, and enough blocks stop the request
         # (`abort_threshold`, or more once a person let it go on): the bound on re-asks.
@@ -272,8 +274,8 @@ class Turn(Generic[ResponseT]):
         the model may take the cut for a failure and answer otherwise (older langchain
         releases): the cut, kept by the `Cutter`, still wins."""
         if not self.watches_text:
-            return nullcontext()
-        return cutting(self.text_chars, request.messages)
+            return _NOT_WATCHING
+        return Cutter(self.text_chars, request.messages)
 
     def cut_short(self, cut: RepeatedTextCut) -> ModelResponse[ResponseT]:
         """The model's reply as it was when its stream was cut."""
