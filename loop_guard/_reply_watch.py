@@ -14,11 +14,14 @@ from contextvars import ContextVar, Token
 from typing import Any, cast
 from uuid import UUID
 
-from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import add_ai_message_chunks
 from langchain_core.messages.utils import message_chunk_to_message
+from langchain_core.tracers import _streaming
 from langchain_core.tracers.context import register_configure_hook
+from langgraph.config import get_config
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from typing_extensions import override
@@ -106,6 +109,54 @@ def _cut_blocks(
         kept.append(shortened if isinstance(block, str) else {**block, "text": shortened})
         cut = True
     return kept if cut else [*kept, {"type": "text", "text": note}]
+
+
+def may_stream(model: object) -> bool:
+    """Whether a chat model call on `model` may stream its reply, as LangChain decides
+    (`BaseChatModel._should_stream`): not when the model's streaming is disabled, else
+    when it streams by itself (`streaming=True`) or a streaming callback handler watches
+    the run (`stream_mode="messages"`, `astream_events`). A model deciding for itself,
+    or a runnable around one, may; so may a call outside a run.
+
+    Only a call that may stream is worth a `Cutter`: LangChain hands every handler of a
+    model run each event, and checks it against its streaming protocol first.
+    """
+    if not isinstance(model, BaseChatModel):
+        return True
+    if type(model)._should_stream is not BaseChatModel._should_stream:
+        return True
+    if model.disable_streaming is True:
+        return False
+    if getattr(model, "streaming", None) is True:
+        return True
+    try:
+        callbacks = get_config().get("callbacks")
+    except RuntimeError:
+        return True
+    return any(map(_streams, (*_handlers(callbacks), *_handlers(model.callbacks))))
+
+
+def _handlers(callbacks: object) -> Sequence[object]:
+    if isinstance(callbacks, BaseCallbackManager):
+        return callbacks.handlers
+    return callbacks if isinstance(callbacks, list) else ()
+
+
+def _streams(handler: object) -> bool:
+    """Whether a callback handler makes a model stream: LangChain's streaming protocol,
+    read by its methods (`isinstance` on a protocol costs much more), or a handler of
+    its events (`_V2StreamingCallbackHandler`)."""
+    return getattr(handler, "tap_output_iter", None) is not None or isinstance(
+        handler, _EVENT_STREAMERS
+    )
+
+
+_EVENT_STREAMERS: tuple[type[Any], ...] = tuple(
+    kind
+    for kind in (getattr(_streaming, "_V2StreamingCallbackHandler", None),)
+    if isinstance(kind, type)
+)
+"""LangChain's handlers of its v2 stream events, in the releases that have them."""
 
 
 def kept_out(tags: object) -> bool:

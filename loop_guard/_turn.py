@@ -56,7 +56,13 @@ from loop_guard._langchain import (
     tokens_of,
 )
 from loop_guard._repeated_text import Repetition
-from loop_guard._reply_watch import Cutter, RepeatedTextCut, cut_reply, repetition_in
+from loop_guard._reply_watch import (
+    Cutter,
+    RepeatedTextCut,
+    cut_reply,
+    may_stream,
+    repetition_in,
+)
 from loop_guard._values import Block, Proceed, Steer
 
 logger = logging.getLogger("loop_guard")
@@ -273,8 +279,8 @@ class Turn(Generic[ResponseT]):
         cut there (`RepeatedTextCut`, then `cut_short`). Middleware between the guard and
         the model may take the cut for a failure and answer otherwise (older langchain
         releases): the cut, kept by the `Cutter`, still wins."""
-        if not self.watches_text:
-            return _NOT_WATCHING
+        if not self.watches_text or not may_stream(request.model):
+            return _NOT_WATCHING  # a reply that does not stream is read whole
         return Cutter(self.text_chars, request.messages)
 
     def cut_short(self, cut: RepeatedTextCut) -> ModelResponse[ResponseT]:
