@@ -244,9 +244,6 @@ class Cutter(BaseCallbackHandler):
 
     raise_error = True
     run_inline = True  # in the generation's own loop, before its next chunk
-    # Plain attributes, not the base class's properties: LangChain reads them per token.
-    ignore_llm = False
-    ignore_chat_model = False
 
     def __init__(self, min_chars: int, prompt: Sequence[BaseMessage] = ()) -> None:
         super().__init__()

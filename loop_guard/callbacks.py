@@ -104,14 +104,6 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
 
     raise_error = True  # only the guard's stops escape: every other failure is reported
     run_inline = True  # cheap and thread-safe: no executor hop in async runs
-    # Plain attributes, not the base class's properties: LangChain reads one per event.
-    ignore_llm = False
-    ignore_chat_model = False
-    ignore_chain = False
-    ignore_agent = False
-    ignore_retry = False
-    ignore_retriever = False
-    ignore_custom_event = False
 
     def __init__(self, guard: LoopGuard, *, messages_key: str = "messages") -> None:
         """Watch runs on behalf of `guard`."""
