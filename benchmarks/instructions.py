@@ -52,7 +52,7 @@ from _minimal import (
 )
 from langchain.agents.middleware import ToolCallLimitMiddleware
 
-from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardMiddleware
+from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardConfig, LoopGuardMiddleware
 
 VARIANTS = {
     "agent": "create_agent, no middleware",
@@ -63,6 +63,8 @@ VARIANTS = {
     "minimal": "create_agent + a minimal guard (one wrap_tool_call, table in memory)",
     "minimal-state": "create_agent + a minimal guard (one wrap_tool_call, table in the state)",
     "middleware": "create_agent + LoopGuardMiddleware",
+    "middleware-pi": "create_agent + LoopGuardMiddleware(LoopGuardConfig.pi())",
+    "handler": "create_agent + LoopGuardCallbackHandler, no middleware",
     "graph": "the README's graph, no guard",
     "graph-null-node": "the README's graph, a do-nothing node where the guard's node goes",
     "graph-guarded": "the README's graph, node + wrapped tools",
@@ -94,6 +96,8 @@ def build_for(variant: str, script: Scripted, box: Toolbox) -> tuple[Any, list[A
             return runnable, [NullHandler()]
         handler = variant.endswith("handler") and guard is not None
         return runnable, [LoopGuardCallbackHandler(guard)] if handler else []
+    if variant == "handler":
+        return agent_with(script, box, []), [LoopGuardCallbackHandler(LoopGuard())]
     middleware = {
         "agent": [],
         "null-wrap-tool": [NullWrapTool()],
@@ -103,6 +107,7 @@ def build_for(variant: str, script: Scripted, box: Toolbox) -> tuple[Any, list[A
         "minimal-state": [MinimalStateGuard()],
         "peer": [ToolCallLimitMiddleware(run_limit=10**9, thread_limit=10**9)],
         "middleware": [LoopGuardMiddleware()],
+        "middleware-pi": [LoopGuardMiddleware(LoopGuardConfig.pi())],
     }[variant]
     return agent_with(script, box, middleware), []
 

@@ -19,7 +19,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
-from loop_guard._conversation import ConversationKey, thread_of
+from loop_guard._conversation import ConversationKey, thread_key, thread_of
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     call_keys,
@@ -71,10 +71,17 @@ def session_of(guard: LoopGuard, state: Mapping[str, Any], runtime: object) -> S
 
 def conversation_of(state: Mapping[str, Any], runtime: object) -> str:
     """The thread (narrowed to the agent's graph) when there is one, else this request."""
-    key = thread_of(config_of(runtime))
+    info = getattr(runtime, "execution_info", None)
+    if info is not None and not isinstance(getattr(runtime, "config", None), Mapping):
+        # A hook's runtime (see `config_of`), read without making a config.
+        key = None if info.thread_id is None else thread_key(info.thread_id, info.checkpoint_ns)
+    else:
+        thread = thread_of(config_of(runtime))
+        key = None if thread is None else str(thread)
     if key is None:
-        key = ConversationKey("request", str((state.get("loop_guard") or {}).get("request_id")))
-    return str(key)
+        request_id = (state.get("loop_guard") or {}).get("request_id")
+        return str(ConversationKey("request", str(request_id)))
+    return key
 
 
 def config_of(runtime: object) -> RunnableConfig | None:

@@ -60,7 +60,7 @@ class ConversationKey:
     @override
     def __str__(self) -> str:
         base = self.id if self.scope == "thread" else f"{self.scope}:{self.id}"
-        return f"{base}|{self.graph}" if self.graph else base
+        return _in_graph(base, self.graph)
 
     @property
     def follows_history(self) -> bool:
@@ -82,6 +82,22 @@ def thread_of(config: RunnableConfig | None) -> ConversationKey | None:
     if namespace is None:
         namespace = metadata.get("langgraph_checkpoint_ns")
     return ConversationKey("thread", str(thread), graph_of(namespace))
+
+
+def thread_key(thread: object, namespace: object) -> str:
+    """The text of a thread's conversation in the graph of a node's `namespace`: that of
+    `ConversationKey("thread", str(thread), graph_of(namespace))`, without making one (a
+    hook asks at every model call).
+
+    Examples:
+        >>> thread_key("t-1", "worker:6f1c|model:9a2e"), thread_key("t-1", "model:9a2e")
+        ('t-1|worker:6f1c', 't-1')
+    """
+    return _in_graph(str(thread), graph_of(namespace))
+
+
+def _in_graph(base: str, graph: str) -> str:
+    return f"{base}|{graph}" if graph else base
 
 
 def graph_of(namespace: object) -> str:

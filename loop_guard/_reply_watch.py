@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Sequence
+from contextvars import ContextVar, Token
 from typing import Any, cast
 from uuid import UUID
 
-from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import add_ai_message_chunks
 from langchain_core.messages.utils import message_chunk_to_message
+from langchain_core.tracers import _streaming
 from langchain_core.tracers.context import register_configure_hook
+from langgraph.config import get_config
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from typing_extensions import override
@@ -38,7 +40,10 @@ REPEATS_KEY = "loop_guard_repeats"
 
 def repetition_in(message: BaseMessage, min_chars: int) -> Repetition | None:
     """Where a finished reply began repeating its own text, if it did."""
-    return find_repetition(text_of(message.content), min_chars)
+    content = message.content
+    if not content:
+        return None  # a reply of tool calls only: no text to read
+    return find_repetition(text_of(content), min_chars)
 
 
 def repeats_in(message: AIMessage, min_chars: int) -> int | None:
@@ -106,6 +111,54 @@ def _cut_blocks(
     return kept if cut else [*kept, {"type": "text", "text": note}]
 
 
+def may_stream(model: object) -> bool:
+    """Whether a chat model call on `model` may stream its reply, as LangChain decides
+    (`BaseChatModel._should_stream`): not when the model's streaming is disabled, else
+    when it streams by itself (`streaming=True`) or a streaming callback handler watches
+    the run (`stream_mode="messages"`, `astream_events`). A model deciding for itself,
+    or a runnable around one, may; so may a call outside a run.
+
+    Only a call that may stream is worth a `Cutter`: LangChain hands every handler of a
+    model run each event, and checks it against its streaming protocol first.
+    """
+    if not isinstance(model, BaseChatModel):
+        return True
+    if type(model)._should_stream is not BaseChatModel._should_stream:
+        return True
+    if model.disable_streaming is True:
+        return False
+    if getattr(model, "streaming", None) is True:
+        return True
+    try:
+        callbacks = get_config().get("callbacks")
+    except RuntimeError:
+        return True
+    return any(map(_streams, (*_handlers(callbacks), *_handlers(model.callbacks))))
+
+
+def _handlers(callbacks: object) -> Sequence[object]:
+    if isinstance(callbacks, BaseCallbackManager):
+        return callbacks.handlers
+    return callbacks if isinstance(callbacks, list) else ()
+
+
+def _streams(handler: object) -> bool:
+    """Whether a callback handler makes a model stream: LangChain's streaming protocol,
+    read by its methods (`isinstance` on a protocol costs much more), or a handler of
+    its events (`_V2StreamingCallbackHandler`)."""
+    return getattr(handler, "tap_output_iter", None) is not None or isinstance(
+        handler, _EVENT_STREAMERS
+    )
+
+
+_EVENT_STREAMERS: tuple[type[Any], ...] = tuple(
+    kind
+    for kind in (getattr(_streaming, "_V2StreamingCallbackHandler", None),)
+    if isinstance(kind, type)
+)
+"""LangChain's handlers of its v2 stream events, in the releases that have them."""
+
+
 def kept_out(tags: object) -> bool:
     """Whether a model run with these tags is kept out of the stream (`nostream`): not
     the agent's reply (the middleware's judge, say), so not watched for repeated text."""
@@ -157,6 +210,8 @@ class ReplyWatches:
     def end(self, run_id: UUID) -> TextWatch | None:
         """Stop watching a run: its watch, `None` when it was not watched (or its
         repetition was found already)."""
+        if run_id not in self._runs:
+            return None  # most runs ending are chains and tools, never watched
         with self._lock:
             return self._runs.pop(run_id, None)
 
@@ -174,7 +229,9 @@ class ReplyWatches:
 class Cutter(BaseCallbackHandler):
     """Cuts a streaming reply where it begins repeating itself: raises `RepeatedTextCut`
     out of the model's generation (closing its stream). Attached to every chat model run
-    within `cutting` by a configure hook, as LangChain attaches its tracers.
+    within its `with` block by a configure hook, as LangChain attaches its tracers. A
+    model that does not stream is not watched: its finished reply is read whole
+    (`repetition_in`).
 
     It watches the runs of the agent's own model call, those whose prompt ends as
     `prompt` does (the model request's messages, a system message maybe before them): a
@@ -201,6 +258,18 @@ class Cutter(BaseCallbackHandler):
         # and hashing one costs more than the rest of a token's work).
         self._runs: dict[UUID, tuple[TextWatch, list[Any]]] = {}
         self._last: tuple[UUID | None, tuple[TextWatch, list[Any]] | None] = (None, None)
+        self._attached: Token[Cutter | None] | None = None
+
+    def __enter__(self) -> Cutter:
+        """Attach the cutter to the chat model runs that start within the block."""
+        self._attached = _cutter.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Detach it: model runs that start after the block are not watched."""
+        if self._attached is not None:
+            _cutter.reset(self._attached)
+            self._attached = None
 
     @override
     def on_chat_model_start(
@@ -312,16 +381,3 @@ class _CutIsNotAnError(logging.Filter):
 
 
 logging.getLogger("langchain_core.callbacks.manager").addFilter(_CutIsNotAnError())
-
-
-@contextmanager
-def cutting(min_chars: int, prompt: Sequence[BaseMessage] = ()) -> Iterator[Cutter]:
-    """Within this block, a chat model run on `prompt` whose streamed reply begins
-    repeating itself is cut (`RepeatedTextCut`; then `Cutter.cut`). A model that does not
-    stream is not watched: its finished reply is read whole (`repetition_in`)."""
-    cutter = Cutter(min_chars, prompt)
-    token = _cutter.set(cutter)
-    try:
-        yield cutter
-    finally:
-        _cutter.reset(token)

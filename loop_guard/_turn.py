@@ -55,13 +55,20 @@ from loop_guard._langchain import (
     messages_of,
     stop_messages,
     tokens_of,
-    tool_names,
 )
 from loop_guard._repeated_text import Repetition
-from loop_guard._reply_watch import Cutter, RepeatedTextCut, cut_reply, cutting, repetition_in
+from loop_guard._reply_watch import (
+    Cutter,
+    RepeatedTextCut,
+    cut_reply,
+    may_stream,
+    repetition_in,
+)
 from loop_guard._values import Block, Proceed, Steer
 
 logger = logging.getLogger("loop_guard")
+
+_NOT_WATCHING: AbstractContextManager[None] = nullcontext()
 
 
 class Mode(Enum):
@@ -89,6 +96,7 @@ class Turn(Generic[ResponseT]):
         self,
         guard: LoopGuard,
         request: ModelRequest[Any],
+        tools: frozenset[str],
         *,
         exit_behavior: str,
         judge_every: int,
@@ -103,7 +111,7 @@ class Turn(Generic[ResponseT]):
         self.session = session_of(guard, request.state, request.runtime)
         self.history = messages_of(request.state)  # the history before this turn
         self._start = self.session.state  # the state read: changed when it is not this one
-        self.tools = tool_names(request.tools)  # the tools that exist: others are missing
+        self.tools = tools  # the names of the tools the request offers: others are missing
         self.mode = Mode.CALLING
         # Each reply blocked in full adds a block, and enough blocks stop the request
         # (`abort_threshold`, or more once a person let it go on): the bound on re-asks.
@@ -296,9 +304,9 @@ class Turn(Generic[ResponseT]):
         cut there (`RepeatedTextCut`, then `cut_short`). Middleware between the guard and
         the model may take the cut for a failure and answer otherwise (older langchain
         releases): the cut, kept by the `Cutter`, still wins."""
-        if not self.watches_text:
-            return nullcontext()
-        return cutting(self.text_chars, request.messages)
+        if not self.watches_text or not may_stream(request.model):
+            return _NOT_WATCHING  # a reply that does not stream is read whole
+        return Cutter(self.text_chars, request.messages)
 
     def cut_short(self, cut: RepeatedTextCut) -> ModelResponse[ResponseT]:
         """The model's reply as it was when its stream was cut."""

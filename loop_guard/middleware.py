@@ -201,7 +201,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         self.compact_repeats = compact_repeats
         attach_sinks(self.guard)
         self.exit_behavior = exit_behavior
-        self._tools_learned: Sequence[object] = ()
+        # The last list of tools a model request offered, and their names.
+        self._tools_offered: tuple[Sequence[object], frozenset[str]] = ((), frozenset())
 
     @override
     def before_agent(
@@ -399,12 +400,15 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         themselves (MCP annotations): once per list of tools, as an agent offers the same
         list at every model call."""
         tools = request.tools
-        if tools is not self._tools_learned:
-            self.guard.add_tools((*tool_names(tools), *tools))  # provider dicts by name
-            self._tools_learned = tools
+        offered, names = self._tools_offered
+        if tools is not offered:
+            names = tool_names(tools)
+            self.guard.add_tools((*names, *tools))  # provider dicts by name
+            self._tools_offered = (tools, names)
         return Turn(
             self.guard,
             request,
+            names,
             exit_behavior=self.exit_behavior,
             judge_every=self.judge_every,
             compact_repeats=self.compact_repeats,

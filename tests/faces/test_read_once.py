@@ -14,6 +14,7 @@ import pytest
 from langchain.agents import create_agent
 from langgraph.checkpoint.memory import InMemorySaver
 
+import loop_guard._reply_watch as reply_watch
 import loop_guard._values as values
 from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardMiddleware, guard_tools
 from loop_guard.testing import ScriptedChatModel, sequence
@@ -92,3 +93,22 @@ def test_a_response_whose_calls_were_replaced_is_read_again() -> None:
     after = calls_of(message)
     assert after[0].args == {"path": "b"}
     assert after[0].fingerprint != before[0].fingerprint
+
+
+@pytest.mark.internals(reason="counts the repeated-text reads by patching the detector")
+@pytest.mark.parametrize("face", ["middleware", "tools+handler"])
+def test_only_replies_with_text_are_read_for_repeated_text(
+    face: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six replies of tool calls only, then the answer: the answer alone is read."""
+    read: list[str] = []
+    real = reply_watch.find_repetition
+
+    def counting(text: str, min_chars: int) -> Any:
+        read.append(text)
+        return real(text, min_chars)
+
+    monkeypatch.setattr(reply_watch, "find_repetition", counting)
+    agent, config = _agent(face)
+    run(agent, ask(), config, "invoke")
+    assert read == ["done"]

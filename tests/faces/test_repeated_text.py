@@ -24,6 +24,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+import loop_guard._turn as turn_module
 from loop_guard import (
     GUARD_NAME,
     LoopGuard,
@@ -35,7 +36,7 @@ from loop_guard import (
 )
 from loop_guard._messages import REPLY
 from loop_guard._repeated_text import find_repetition
-from loop_guard._reply_watch import REPEATED_TEXT_MARK
+from loop_guard._reply_watch import REPEATED_TEXT_MARK, Cutter
 from loop_guard.scan import Conversation, scan_conversation
 from loop_guard.testing import (
     ScriptedChatModel,
@@ -149,6 +150,30 @@ def test_without_the_guard_the_whole_reply_is_generated() -> None:
     messages, _ = run(agent, {}, "stream")
     assert messages[-1].text == CHANTING
     assert model.chunks == len(CHANTING) // CHUNK + 1  # the pieces, then the last chunk
+
+
+@pytest.mark.internals(reason="counts the cutters attached by patching their class")
+@pytest.mark.parametrize(("mode", "watched"), [("invoke", 0), ("ainvoke", 0), ("stream", 2)])
+def test_only_a_reply_that_streams_is_watched_as_it_streams(
+    mode: Mode, watched: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model call that does not stream (no `stream_mode="messages"`) gets no cutter:
+    its reply is read whole once finished, and cut all the same."""
+    attached: list[Cutter] = []
+
+    class CountedCutter(Cutter):
+        def __enter__(self) -> Cutter:
+            attached.append(self)
+            return super().__enter__()
+
+    monkeypatch.setattr(turn_module, "Cutter", CountedCutter)
+    model, _, agent = guarded(chants_until_steered)
+    messages, _ = run(agent, {}, mode)
+    assert len(attached) == watched
+    assert len(cut_replies(messages)) == 1
+    assert messages[-1].text == ANSWER
+    if mode == "stream":
+        assert model.chunks < len(CHANTING) // CHUNK / 50  # cut as it streamed
 
 
 @pytest.mark.parametrize("mode", MODES)
