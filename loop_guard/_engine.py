@@ -15,7 +15,8 @@ Glossary (one word per concept, in code and docs):
 - *result*: what a call returned, as a fingerprint; *outcome*: what became of a batch entry
   (its result, an `Answer`, or an `Outcome`: `ALLOWED`, `BLOCKED`, `NOT_RUN`, `IGNORED`);
   *variant*: the result as returned when its fresh values were masked (a *near-repeat*
-  differs only there).
+  differs only there); a result read *unmasked* is kept as returned (`EXACT`) while its
+  call is new to the request, and masked with its earlier runs once the call recurs.
 - *step*: a counted (tool, args, result); *streak*: identical steps in a row; *lap*: one
   round of a cycle; *turn*: one request, from a user message on.
 - *steer*: the message that tells the model to change course, *pending* until delivered;
