@@ -16,8 +16,8 @@ another thread or process is not counted.
 from __future__ import annotations
 
 import functools
-import json
 import itertools
+import json
 import threading
 import time
 import types
@@ -61,8 +61,8 @@ def sized_result(path: str, size: int, run: int) -> str:
         while sum(map(len, lines)) + len(lines) < size:
             lines += [
                 f"def handler_{n}(event, context):",
-                f"    \"\"\"Handle request type {n} (see docs/handlers.md#{n}).\"\"\"",
-                f"    body = event.get('body') or {{}}",
+                f'    """Handle request type {n} (see docs/handlers.md#{n})."""',
+                "    body = event.get('body') or {}",
                 f"    return {{'status': 200, 'handler': {n}, 'body': body}}",
                 "",
             ]

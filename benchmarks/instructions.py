@@ -74,7 +74,7 @@ VARIANTS = {
 }
 
 RESULT_SIZES = {"250b": 250, "4k": 4096, "64k": 65536}
-"""Result sizes of the sized rows: `agent-4k` is `agent` whose reads answer ~4 KB (`sized_result`)."""
+"""The sized rows: `agent-4k` is `agent` whose reads answer ~4 KB (`sized_result`)."""
 SIZED = ("agent", "peer", "middleware")
 VARIANTS |= {
     f"{variant}-{suffix}": f"{VARIANTS[variant]}, reads of ~{suffix.upper()} of code or JSON"
