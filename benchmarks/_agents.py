@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import threading
 import time
 import types
@@ -51,6 +52,41 @@ _script_ids = itertools.count(1)
 _FILLER = "def handler(event, context):\n    return {'status': 200, 'body': event['body']}\n" * 3
 
 
+def sized_result(path: str, size: int, run: int) -> str:
+    """A realistic result of about `size` characters for reading `path`: a source file on
+    odd runs, a JSON listing (ids, timestamps, counts) on even ones."""
+    if run % 2:
+        lines = [f"# {path}"]
+        n = 0
+        while sum(map(len, lines)) + len(lines) < size:
+            lines += [
+                f"def handler_{n}(event, context):",
+                f'    """Handle request type {n} (see docs/handlers.md#{n})."""',
+                "    body = event.get('body') or {}",
+                f"    return {{'status': 200, 'handler': {n}, 'body': body}}",
+                "",
+            ]
+            n += 1
+        return "\n".join(lines)[:size]
+    items = []
+    n = 0
+    while True:
+        items.append(
+            {
+                "id": f"rec_{n:05d}",
+                "name": f"{path}:entry {n}",
+                "created_at": f"2025-03-{n % 28 + 1:02d}T12:{n % 60:02d}:00Z",
+                "size": 1000 + 37 * n,
+                "tags": ["source", f"group-{n % 7}"],
+                "status": "active" if n % 3 else "archived",
+            }
+        )
+        text = json.dumps({"path": path, "total": len(items), "items": items}, indent=1)
+        if len(text) >= size:
+            return text
+        n += 1
+
+
 # ---------------------------------------------------------------------------- tools
 
 
@@ -61,7 +97,8 @@ class Toolbox:
     (a replaced or amended result) is an intervention.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, result_size: int = 0) -> None:
+        self.result_size = result_size  # 0: short reads (`_FILLER`); else `sized_result`
         self.runs: Counter[str] = Counter()
         self.outputs: Counter[str] = Counter()
         self._progress: Counter[str] = Counter()
@@ -83,6 +120,9 @@ class Toolbox:
                 with box._lock:
                     box.runs["read_file"] += 1
                 raise ToolException("File not found: notes.md")
+            if box.result_size:
+                text = sized_result(path, box.result_size, box.runs["read_file"])
+                return box._out("read_file", text)
             return box._out("read_file", f"OK {path}:\n{_FILLER}")
 
         def job_status(job: str) -> str:

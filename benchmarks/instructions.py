@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/instructions.py middleware peer  # some of them
     .venv/bin/python benchmarks/instructions.py --jobs 2 ...     # two counts at a time
     .venv/bin/python benchmarks/instructions.py --check          # the floors' sanity, no valgrind
+    .venv/bin/python benchmarks/instructions.py peer-4k middleware-4k  # reads of ~4 KB
 
 Each variant runs a healthy scripted agent of 20 and of 120 steps under `valgrind
 --tool=callgrind` (after a 5-step warm-up run in the same process, so imports and first
@@ -74,12 +75,24 @@ VARIANTS = {
     "graph-minimal-tools": "the README's graph, a minimal guard in the tools node, no node",
 }
 
+RESULT_SIZES = {"250b": 250, "4k": 4096, "64k": 65536}
+"""The sized rows: `agent-4k` is `agent` whose reads answer ~4 KB (`sized_result`)."""
+SIZED = ("agent", "peer", "middleware")
+VARIANTS |= {
+    f"{variant}-{suffix}": f"{VARIANTS[variant]}, reads of ~{suffix.upper()} of code or JSON"
+    for variant in SIZED
+    for suffix in RESULT_SIZES
+}
+
 FLOORS = ("null-wrap-tool", "null-wrap-model", "minimal", "minimal-state", "graph-minimal-tools")
 """The variants of `_minimal.py`, which `--check` runs."""
 
 
 def build(variant: str, steps: int) -> tuple[Any, list[Any]]:
     """The runnable of a variant for a healthy script of `steps` steps, and its callbacks."""
+    base, _, suffix = variant.rpartition("-")
+    if base in SIZED and suffix in RESULT_SIZES:
+        return build_for(base, healthy(steps), Toolbox(RESULT_SIZES[suffix]))
     return build_for(variant, healthy(steps), Toolbox())
 
 

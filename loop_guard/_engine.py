@@ -15,7 +15,8 @@ Glossary (one word per concept, in code and docs):
 - *result*: what a call returned, as a fingerprint; *outcome*: what became of a batch entry
   (its result, an `Answer`, or an `Outcome`: `ALLOWED`, `BLOCKED`, `NOT_RUN`, `IGNORED`);
   *variant*: the result as returned when its fresh values were masked (a *near-repeat*
-  differs only there).
+  differs only there); a result read *unmasked* is kept as returned (`EXACT`) while its
+  call is new to the request, and masked with its earlier runs once the call recurs.
 - *step*: a counted (tool, args, result); *streak*: identical steps in a row; *lap*: one
   round of a cycle; *turn*: one request, from a user message on.
 - *steer*: the message that tells the model to change course, *pending* until delivered;
@@ -59,7 +60,7 @@ state, not one per field it touches.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import cast, final
 
@@ -70,6 +71,7 @@ from loop_guard._messages import CONTEXT, JUDGE, REPLY
 from loop_guard._state import (
     ALLOWED,
     BLOCKED,
+    EXACT,
     IGNORED,
     NOT_RUN,
     SAME_ERROR_ARGS,
@@ -113,6 +115,12 @@ Transition = tuple[RequestState, tuple[Decision, ...]]
 
 Verdict = tuple[RequestState, Proceed | Block | Stop, tuple[Decision, ...]]
 """A new state, the verdict for one call, and the decisions newly reached."""
+
+Earlier = Callable[[Call], Iterable[Result]]
+"""Where an adapter finds what earlier runs of a call returned: the results of the calls
+with its tool and args that it can still see (a history, a cache), read as it reads a
+live result. Any order; the engine takes the one it needs by fingerprint, so a result
+that is gone (a history trimmed) only leaves its run unmasked."""
 
 
 @final
@@ -262,10 +270,17 @@ class Engine:
             )
         return state, verdicts, decisions
 
-    def record_result(self, state: RequestState, call: Call, result: Result) -> Transition:
+    def record_result(
+        self, state: RequestState, call: Call, result: Result, earlier: Earlier | None = None
+    ) -> Transition:
         """Record what a call returned; settles the batch once every call is answered.
 
         Recording the same call twice has no effect, so adapters may overlap.
+
+        A result read unmasked (`Result.masked` set) is kept as returned while its call is
+        new to the request: nothing it could repeat is in sight. When the call recurs,
+        the result is masked, and so is the earlier run's, found among `earlier`'s, so
+        that the two compare as near-repeats (see How the guard decides: fresh values).
         """
         config = self.config
         index = self._awaiting_index(state, call.key)
@@ -283,8 +298,14 @@ class Engine:
             )
         elif call.tool in state.unknown:  # it exists after all (tools can be added)
             state.unknown = tuple(t for t in state.unknown if t != call.tool)
-        ignored = config.ignores(call.tool, is_error=result.is_error)
-        _answer(state, index, call, IGNORED if ignored else Answer.of(result))
+        outcome: Outcome | Answer
+        if config.ignores(call.tool, is_error=result.is_error):
+            outcome = IGNORED
+        elif result.masked is None:
+            outcome = Answer.of(result)
+        else:
+            outcome = _masked_if_recurring(state, call, result, earlier)
+        _answer(state, index, call, outcome)
         if not _complete(state.batch):
             return state, decisions
         return state, (*decisions, *self._settle(state))
@@ -390,7 +411,10 @@ class Engine:
         if state.counted - state.judged_at < every:
             return False
         recent = state.recent
-        return len(recent) >= JUDGED_STEPS and 2 * len({s.result for s in recent}) <= len(recent)
+        if len(recent) < JUDGED_STEPS:
+            return False
+        # A result kept as returned (`EXACT`) is its masked one when nothing in it is fresh.
+        return 2 * len({s.result.removeprefix(EXACT) for s in recent}) <= len(recent)
 
     def judged(
         self, state: RequestState, *, progress: bool, tokens: int = 0, reason: str = ""
@@ -857,6 +881,86 @@ def _complete(batch: tuple[Entry, ...]) -> bool:
         if outcome is None or outcome is ALLOWED:
             return False
     return True
+
+
+def _masked_if_recurring(
+    state: RequestState, call: Call, result: Result, earlier: Earlier | None
+) -> Answer:
+    """The answer of a successful call whose result was read unmasked (`Result.masked`):
+    as returned (`EXACT`) while the call is new to the request; masked once it recurs,
+    and then its earlier unmasked runs in `state` (a private copy) are masked too, by
+    their results as `earlier` finds them (or as this one, when returned alike)."""
+    held = _results_held(state, call)
+    if not held:
+        return Answer(EXACT + result.fingerprint)
+    masked = cast("Callable[[], Result]", result.masked)()
+    unmasked = {found for found in held if found[:1] == EXACT}
+    if unmasked:
+        found = {EXACT + result.fingerprint: masked}
+        if unmasked - found.keys() and earlier is not None:
+            for run in earlier(call):
+                exact = EXACT + run.fingerprint
+                if exact in unmasked and exact not in found:
+                    found[exact] = run if run.masked is None else run.masked()
+                    if unmasked <= found.keys():
+                        break
+        for exact in unmasked & found.keys():
+            _remask(state, call, exact, Answer.of(found[exact]))
+    return Answer.of(masked)
+
+
+def _results_held(state: RequestState, call: Call) -> set[str]:
+    """The results the state holds for steps of this call's tool and args: wherever a
+    detector compares a step with an earlier one, and the answered calls of the open
+    batch."""
+    tool, args = call.tool, call.fingerprint
+    held = {
+        entry.outcome.result
+        for entry in state.batch
+        if isinstance(entry.outcome, Answer)
+        and entry.call.tool == tool
+        and entry.call.fingerprint == args
+    }
+    for steps in (
+        state.recent,
+        [entry.step for entry in state.steered],
+        state.changes,
+        *state.turns,
+    ):
+        held.update(step.result for step in steps if step.args == args and step.tool == tool)
+    last = state.last
+    if last is not None and last.args == args and last.tool == tool:
+        held.add(last.result)
+    return held
+
+
+def _remask(state: RequestState, call: Call, exact: str, answer: Answer) -> None:
+    """Put `answer`, a masked result, for the result `exact` (kept as returned) of this
+    call's steps and answers in `state` (a private copy)."""
+    tool, args = call.tool, call.fingerprint
+    before, after = Step(tool, args, exact), Step(tool, args, answer.result)
+
+    def remasked(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+        return (
+            tuple(after if step == before else step for step in steps) if before in steps else steps
+        )
+
+    if state.last == before:
+        state.last, state.variant = after, answer.variant
+    state.recent = remasked(state.recent)
+    state.changes = remasked(state.changes)
+    state.turns = tuple(map(remasked, state.turns))
+    state.steered = tuple(
+        entry._replace(step=after) if entry.step == before else entry for entry in state.steered
+    )
+    state.batch = tuple(
+        Entry(entry.call, answer, entry.block)
+        if entry.outcome == Answer(exact)
+        and entry.call.tool == tool
+        and entry.call.fingerprint == args
+        else entry
+        for entry in state.batch
+    )
 
 
 def _latest_entry(state: RequestState, key: str) -> Entry | None:

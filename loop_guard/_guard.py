@@ -12,7 +12,7 @@ from typing import Any, TypeVar, final
 from typing_extensions import Unpack
 
 from loop_guard._config import LoopGuardConfig, LoopGuardOptions, annotation_hint, resolve_config
-from loop_guard._engine import JUDGED_STEPS, Engine
+from loop_guard._engine import JUDGED_STEPS, Earlier, Engine
 from loop_guard._events import Events, EventSink, GuardStats
 from loop_guard._siblings import SharedRuns
 from loop_guard._state import SCHEMA_VERSION, RequestState, migrate
@@ -308,13 +308,14 @@ class _Conversations:
     """The request state of each conversation a guard keeps, the least recently used
     first and at most `limit`, and the conversations a graph node steers."""
 
-    __slots__ = ("limit", "lock", "node_served", "states")
+    __slots__ = ("limit", "lock", "node_served", "runs", "states")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.lock = threading.Lock()  # held by every transition, caller-kept ones too
         self.states: OrderedDict[str, RequestState] = OrderedDict()
         self.node_served: set[str] = set()  # conversations a `LoopGuardNode` steers
+        self.runs = _LastRuns()
 
     def get(self, conversation: str) -> RequestState:
         """The state held for `conversation`, or a fresh one; no lock: reading a dict
@@ -340,6 +341,44 @@ class _Conversations:
         with self.lock:
             if conversation in self.states:
                 self.node_served.add(conversation)
+
+
+@final
+class _LastRuns:
+    """The last result read of each call (conversation, tool and args) in this process,
+    the least recently read first and at most `_RUNS_KEPT`: where the faces that see no
+    history (the handler, wrapped tools) find what an earlier run returned (`Earlier`,
+    `Session.record_result`).
+    A result gone from it only leaves that run unmasked (see `Engine.record_result`)."""
+
+    __slots__ = ("_lock", "_results")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._results: OrderedDict[tuple[str, str, str], Result] = OrderedDict()
+
+    def of(self, conversation: str) -> Earlier:
+        """`Earlier` for the calls of `conversation`."""
+
+        def earlier(call: Call) -> Iterable[Result]:
+            found = self._results.get((conversation, call.tool, call.fingerprint))
+            return () if found is None else (found,)
+
+        return earlier
+
+    def keep(self, conversation: str, call: Call, result: Result) -> None:
+        """Keep `result` as the last run of `call` in `conversation`."""
+        key = (conversation, call.tool, call.fingerprint)
+        with self._lock:
+            self._results[key] = result
+            self._results.move_to_end(key)
+            if len(self._results) > _RUNS_KEPT:
+                self._results.popitem(last=False)
+
+
+# Results kept by `_LastRuns`: each holds its text until masked, so few (a loop's earlier
+# run is among the last few read).
+_RUNS_KEPT = 128
 
 
 @final
@@ -538,9 +577,21 @@ class Session:
         once, in its order."""
         return self._run(lambda state: self._engine.check_batch(state, calls, tokens))
 
-    def record_result(self, call: Call, result: Result) -> None:
-        """Record a call's result; recording the same call twice has no effect."""
-        self._run(lambda state: _no_value(self._engine.record_result(state, call, result)))
+    def record_result(self, call: Call, result: Result, earlier: Earlier | None = None) -> None:
+        """Record a call's result; recording the same call twice has no effect.
+
+        `earlier` finds what earlier runs of a call returned, for a result read unmasked
+        (`Engine.record_result`): an adapter that sees the conversation's history looks
+        there. Without it, they are found among the last results recorded without one
+        in this process, which this one joins (a small cache, `_LastRuns`).
+        """
+        runs = None
+        if earlier is None:
+            runs = self._conversations.runs
+            earlier = runs.of(self.conversation)
+        self._run(lambda state: _no_value(self._engine.record_result(state, call, result, earlier)))
+        if runs is not None and result.masked is not None:  # else it is never looked for
+            runs.keep(self.conversation, call, result)
 
     def settle(self) -> None:
         """Close the open batch now, counting the calls that have results."""
@@ -619,12 +670,13 @@ class Session:
         *,
         settle: bool = True,
         claim: bool = True,
+        earlier: Earlier | None = None,
     ) -> Stop | Steer | None:
-        """Record the last batch's `results`, close the batch, counting the calls that
-        have results (unless `settle` is false: the batch's response is not in sight),
-        and say what comes next: the `Stop` that ended the request, else the due steer,
-        claimed for delivery (once per streak; left due when `claim` is false), else
-        `None`. One transition."""
+        """Record the last batch's `results` (`earlier`: as for `record_result`), close
+        the batch, counting the calls that have results (unless `settle` is false: the
+        batch's response is not in sight), and say what comes next: the `Stop` that
+        ended the request, else the due steer, claimed for delivery (once per streak;
+        left due when `claim` is false), else `None`. One transition."""
 
         def conclude(
             state: RequestState,
@@ -632,7 +684,7 @@ class Session:
             engine = self._engine
             decisions: list[Decision] = []
             for call, result in results:
-                state, recorded = engine.record_result(state, call, result)
+                state, recorded = engine.record_result(state, call, result, earlier)
                 decisions.extend(recorded)
             if settle:
                 state, settled = engine.settle(state)

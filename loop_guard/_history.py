@@ -16,7 +16,7 @@ from typing import cast, final
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from loop_guard._engine import TURNS_KEPT, Engine
+from loop_guard._engine import TURNS_KEPT, Earlier, Engine
 from loop_guard._fingerprint import result_fingerprint
 from loop_guard._langchain import (
     BLOCK_MARK,
@@ -24,6 +24,7 @@ from loop_guard._langchain import (
     STEER_MARK,
     answers_to,
     calls_of,
+    earlier_runs,
     first_key,
     is_marked,
     result_of,
@@ -221,6 +222,7 @@ def replay(
     *,
     before: RequestState | None = None,
     tools: Collection[str] | None = None,
+    earlier: Earlier | None = None,
 ) -> RequestState:
     """Rebuild a request's state from its messages, as if the guard had watched it live.
 
@@ -229,10 +231,11 @@ def replay(
     it returned; nor is a call answered by the guard). A steer is taken as delivered
     once the model was called after it or it was written into a tool result. `before`
     is the conversation's state before this request: what its turns counted carries over.
-    `tools` are the names of the tools that exist, when known (see `result_of`).
+    `tools` are the names of the tools that exist, when known (see `result_of`);
+    `earlier`, where earlier runs of a call are found (see `catch_up`).
     """
     state = engine.start_request(before, request_id, question_of(messages))
-    return catch_up(engine, state, messages, observe, tools=tools)
+    return catch_up(engine, state, messages, observe, tools=tools, earlier=earlier)
 
 
 def catch_up(
@@ -242,12 +245,17 @@ def catch_up(
     observe: Observer | None = None,
     *,
     tools: Collection[str] | None = None,
+    earlier: Earlier | None = None,
 ) -> RequestState:
     """`state` after the batches of `messages`, as if the guard had watched them live.
 
     Batches the state holds already change nothing (every transition is idempotent),
-    so a state may catch up on a history that overlaps what it saw.
+    so a state may catch up on a history that overlaps what it saw. `earlier` finds
+    what earlier runs of a call returned (`Engine.record_result`): by default, in
+    `messages`; a caller holding more of the history passes it.
     """
+    if earlier is None:
+        earlier = earlier_runs(messages, engine.config.normalizers)
     responses = [
         index
         for index, message in enumerate(messages)
@@ -273,7 +281,7 @@ def catch_up(
                 result = result_of(
                     answer, engine.config.normalizers(call.tool), tools, args=call.args
                 ).carrying(news_of(message, answer, reports))
-                state, recorded = engine.record_result(state, call, result)
+                state, recorded = engine.record_result(state, call, result, earlier)
                 decisions = (*decisions, *recorded)
             if observe is not None and decisions:
                 observe(call, decisions)
@@ -373,16 +381,19 @@ def up_to_date(
     the decisions it led to (see `replay`).
     """
     end = len(messages) if end is None else end
+    earlier = earlier_runs(messages, engine.config.normalizers)
     for index in range(end - 1, -1, -1):
         message = messages[index]
         if message.id is not None and begins_request(messages, index, end):
             if state is None or state.request_id != message.id or state.batch or state.settled:
                 # A new request; or a state that has seen responses none of which is in
                 # this history (a fork from an earlier checkpoint): not a prefix of it.
-                return rebuild(engine, messages[:end], tools=tools, observe=observe)
+                return rebuild(
+                    engine, messages[:end], tools=tools, observe=observe, earlier=earlier
+                )
             since = messages[index + 1 : end]
             return (
-                catch_up(engine, state, since, observe, tools=tools)
+                catch_up(engine, state, since, observe, tools=tools, earlier=earlier)
                 if _news(state, since)
                 else None
             )
@@ -398,13 +409,15 @@ def up_to_date(
         ):
             since = messages[index:end]
             return (
-                catch_up(engine, state, since, observe, tools=tools)
+                catch_up(engine, state, since, observe, tools=tools, earlier=earlier)
                 if _news(state, since[1:])
                 else None
             )
     # No request start in sight (a summary replaced it): what the state knows stands.
     return (
-        None if state is not None else rebuild(engine, messages[:end], tools=tools, observe=observe)
+        None
+        if state is not None
+        else rebuild(engine, messages[:end], tools=tools, observe=observe, earlier=earlier)
     )
 
 
@@ -449,6 +462,7 @@ def rebuild(
     *,
     tools: Collection[str] | None = None,
     observe: Observer | None = None,
+    earlier: Earlier | None = None,
 ) -> RequestState:
     """The state of the request a conversation's messages end in, rebuilt from them.
 
@@ -458,12 +472,14 @@ def rebuild(
     """
     request_id, request = current_request(messages)
     recorded = _newest_record(request, request_id)
+    if earlier is None:
+        earlier = earlier_runs(messages, engine.config.normalizers)
     if recorded is not None:
         response, state = recorded
-        return catch_up(engine, state, request[response:], observe, tools=tools)
+        return catch_up(engine, state, request[response:], observe, tools=tools, earlier=earlier)
     start = len(messages) - len(request)
-    before = _earlier_turns(engine, messages[:start], tools)
-    return replay(engine, request_id, request, observe, before=before, tools=tools)
+    before = _earlier_turns(engine, messages[:start], tools, earlier)
+    return replay(engine, request_id, request, observe, before=before, tools=tools, earlier=earlier)
 
 
 def _newest_record(
@@ -495,7 +511,10 @@ def _newest_record(
 
 
 def _earlier_turns(
-    engine: Engine, earlier: Sequence[BaseMessage], tools: Collection[str] | None
+    engine: Engine,
+    earlier: Sequence[BaseMessage],
+    tools: Collection[str] | None,
+    runs: Earlier,
 ) -> RequestState | None:
     """A state as the `earlier` requests left the conversation: what each of the last
     `TURNS_KEPT` that ran tools counted (repeats across user turns, `RequestState.turns`)
@@ -517,7 +536,7 @@ def _earlier_turns(
             end = index
     state = None
     for request in reversed(requests):
-        state = _replay_tail(engine, request, state, tools)
+        state = _replay_tail(engine, request, state, tools, runs)
     return state
 
 
@@ -526,6 +545,7 @@ def _replay_tail(
     request: Sequence[BaseMessage],
     before: RequestState | None,
     tools: Collection[str] | None,
+    earlier: Earlier,
 ) -> RequestState:
     """A finished request replayed from enough of its last responses to count its last
     `engine.memory` steps: some responses count none (blocked, ignored), so the look
@@ -538,7 +558,7 @@ def _replay_tail(
             message = request[start]
             found += isinstance(message, AIMessage) and bool(message.tool_calls)
         state = engine.start_request(before, None, question_of(request))
-        state = catch_up(engine, state, request[start:], tools=tools)
+        state = catch_up(engine, state, request[start:], tools=tools, earlier=earlier)
         if start == 0 or state.counted >= engine.memory:
             return state
         wanted *= 2

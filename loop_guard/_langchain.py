@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal, NamedTuple, cast, get_args
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
@@ -43,14 +44,20 @@ RESULT_KEY = "loop_guard_result"
 """`response_metadata` key of a steered tool result: the fingerprint of what the tool returned."""
 _VARIANT = "~"  # in a `RESULT_KEY` record, between the fingerprint and the variant
 _REPORTED = "!"  # opens a `RESULT_KEY` record of an error read off the result's text
+_UNMASKED = "="  # closes a `RESULT_KEY` record with the fingerprint of the result as returned
 
 
 def result_record(result: Result) -> str:
     """A result as a steered or shared message keeps it (`RESULT_KEY`), for `result_of`
-    to read back as the same result: its fingerprint, its variant, and whether it is an
-    error the text reported (the message's status does not say so)."""
+    to read back as the same result: its fingerprint, its variant, whether it is an
+    error the text reported (the message's status does not say so), and, for a result
+    read unmasked (`Result.masked`), the fingerprint it had as returned."""
+    unmasked = ""
+    if result.masked is not None:
+        exact, result = result.fingerprint, result.masked()
+        unmasked = f"{_UNMASKED}{exact}" if exact != result.fingerprint else ""
     record = f"{_REPORTED}{result.fingerprint}" if result.error_reported else result.fingerprint
-    return f"{record}{_VARIANT}{result.variant}" if result.variant else record
+    return f"{record}{_VARIANT}{result.variant}{unmasked}" if result.variant else record + unmasked
 
 
 STATE_KEY = "loop_guard_state"
@@ -204,46 +211,79 @@ def result_of(
         is_error = output.status == "error"
         recorded = output.response_metadata.get(RESULT_KEY)
         if isinstance(recorded, str):  # a steered result: what the tool itself returned
+            recorded, _, exact = recorded.partition(_UNMASKED)
             fingerprint, _, variant = recorded.partition(_VARIANT)
             reported = fingerprint.startswith(_REPORTED)
-            return Result(
+            masked = Result(
                 fingerprint=fingerprint.removeprefix(_REPORTED),
                 is_error=is_error or reported,
                 variant=variant,
                 error_reported=reported and not is_error,
+            )
+            return (
+                replace(masked, fingerprint=exact, variant="", masked=lambda: masked)
+                if exact
+                else masked
             )
         content = output.content
         if isinstance(content, str) and output.tool_call_id and output.tool_call_id in content:
             # The id the model gave the call is no part of what happened: an answer that
             # quotes it (a human's rejection does) is the same answer for every call.
             content = content.replace(output.tool_call_id, "<tool_call_id>")
-        available = _available_tools(output, tools) if is_error else None
-        content, variant = _masked(content, normalizers)
+        fresh, normalizers = _fresh_last(normalizers)
+        content = _normalized(content, normalizers)
         if is_error or reports_error(content):
+            # An error is compared with other calls' errors (the same error, whatever
+            # the args): masked at once.
+            content, variant = _masked(content, fresh)
             content, variant = _without_args(content, args, variant)
-        return Result.of(content, is_error=is_error, available_tools=available, variant=variant)
+            available = _available_tools(output, tools) if is_error else None
+            return Result.of(content, is_error=is_error, available_tools=available, variant=variant)
+        return _unmasked(content, fresh)
     if isinstance(output, Command):
         message = tool_message_of(output)
         if message is not None:
             return result_of(message, normalizers, tools, args=args)
         return Result.of({"command": repr(output.update), "goto": repr(output.goto)})
-    content, variant = _masked(output, normalizers)
-    return Result.of(content, variant=variant)
+    fresh, normalizers = _fresh_last(normalizers)
+    return _unmasked(_normalized(output, normalizers), fresh)
 
 
 _FRESH = (normalize_fresh, normalize_made)  # the normalizers whose masking marks a near-repeat
 
 
-def _masked(content: Any, normalizers: Sequence[Normalizer]) -> tuple[Any, str]:
-    """The content rewritten by `normalizers`, and its variant (`Result.variant`) when
-    the last of them, `normalize_fresh` (or `normalize_made`), masked fresh values in it."""
-    if not normalizers or normalizers[-1] not in _FRESH:
-        return _normalized(content, normalizers), ""
-    exact = _normalized(content, normalizers[:-1])
-    masked = _normalized(exact, normalizers[-1:])
-    if masked == exact:
-        return exact, ""
-    return masked, result_fingerprint(exact)[:16]
+def _fresh_last(
+    normalizers: Sequence[Normalizer],
+) -> tuple[Normalizer | None, Sequence[Normalizer]]:
+    """The last of `normalizers` when it masks fresh values (`normalize_fresh`,
+    `normalize_made`: what it masks marks a near-repeat), and the others."""
+    if normalizers and normalizers[-1] in _FRESH:
+        return normalizers[-1], normalizers[:-1]
+    return None, normalizers
+
+
+def _unmasked(content: Any, fresh: Normalizer | None) -> Result:
+    """The result of `content`, its fresh values left for `Result.masked` to mask with
+    `fresh`: a pass over the text that the engine asks for only when the call recurs."""
+    if fresh is None:
+        return Result.of(content)
+
+    def masked() -> Result:
+        found, variant = _masked(content, fresh)
+        return Result.of(found, variant=variant)
+
+    return Result.of(content, masked=masked)
+
+
+def _masked(content: Any, fresh: Normalizer | None) -> tuple[Any, str]:
+    """The content with its fresh values masked by `fresh`, and its variant
+    (`Result.variant`) when anything was masked."""
+    if fresh is None:
+        return content, ""
+    masked = _normalized(content, (fresh,))
+    if masked == content:
+        return content, ""
+    return masked, result_fingerprint(content)[:16]
 
 
 _ARGS_MASKED = 20  # quoted argument values masked in an error, at most
@@ -286,6 +326,34 @@ def _arg_texts(args: Any) -> list[str]:
             if 3 <= len(text.strip()) <= _ARG_LENGTH:
                 found.add(text)
     return sorted(found, key=len, reverse=True)
+
+
+def earlier_runs(
+    messages: Sequence[BaseMessage], normalizers: Callable[[str], Sequence[Normalizer]]
+) -> Callable[[Call], Iterator[Result]]:
+    """What earlier runs of a call returned, as a history shows them (`Engine.Earlier`):
+    the results of the calls in `messages` with its tool and args, newest first, each
+    read with its tool's `normalizers` as `result_of` reads a live one (a block is none).
+
+    Only the responses that call the same tool have their args fingerprinted.
+    """
+
+    def runs(call: Call) -> Iterator[Result]:
+        answers: list[BaseMessage] = []  # the tool messages after the response reached
+        for message in reversed(messages):
+            if isinstance(message, ToolMessage):
+                answers.append(message)
+                continue
+            if not isinstance(message, AIMessage) or not message.tool_calls:
+                continue
+            if any(tool_call["name"] == call.tool for tool_call in message.tool_calls):
+                calls = calls_of(message)
+                for run, answer in zip(calls, answers_to(calls, answers[::-1]), strict=True):
+                    if run == call and answer is not None and not is_marked(answer, BLOCK_MARK):
+                        yield result_of(answer, normalizers(call.tool), args=run.args)
+            answers = []
+
+    return runs
 
 
 def tool_message_of(output: Any) -> ToolMessage | None:

@@ -40,6 +40,9 @@ class Outcome(Enum):
 ALLOWED, BLOCKED, NOT_RUN, IGNORED = Outcome  # compared by identity on every step
 
 ERROR = "!"  # prefixed to an error result's fingerprint in a step: steps know their errors
+# Prefixed to the fingerprint of a result taken as returned, its fresh values not masked:
+# its call was new to the request (`Engine.record_result` masks it once the call recurs).
+EXACT = "="
 _NEAR = "~"  # between an answer's result and its variant, in a snapshot
 
 

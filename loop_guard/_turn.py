@@ -50,6 +50,7 @@ from loop_guard._langchain import (
     answers_to,
     block_message,
     calls_of,
+    earlier_runs,
     final_answer,
     last_batch,
     messages_of,
@@ -451,8 +452,9 @@ class Turn(Generic[ResponseT]):
             elif answer is None and isinstance(verdict, Block):
                 answers.append(block_message(call.id, call.tool, verdict.message))
             answered.append(answer is not None or isinstance(verdict, Block))
+        earlier = earlier_runs(self.history, self.guard.config.normalizers)
         for call, result in results_of(self.guard, session, self_answered, self.tools):
-            session.record_result(call, result)
+            session.record_result(call, result, earlier)
         stop = session.stop
         if stop is not None:
             answers.extend(stop_messages(message, answered, stop))  # ends with the stop
@@ -480,7 +482,10 @@ class Turn(Generic[ResponseT]):
         # Settled only where the batch's response is in sight; a stop is the reply's to
         # tell (`_check_reply`).
         after = session.finish(
-            results, settle=bool(awaiting) and message is not None, claim=deliver
+            results,
+            settle=bool(awaiting) and message is not None,
+            claim=deliver,
+            earlier=earlier_runs(self.history, self.guard.config.normalizers),
         )
         if not isinstance(after, Steer) or not deliver:
             return []

@@ -6,7 +6,7 @@ import hashlib
 import itertools
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, final
 
@@ -137,6 +137,18 @@ class Result:
     """Set when the error was read off the result's text (`reports_error`), not signalled
     by the tool: weak evidence, as a tool relaying a page that says "Error:" could
     otherwise get its calls judged broken."""
+    masked: Callable[[], Result] | None = field(default=None, compare=False, repr=False)
+    """Set when `fingerprint` is of the result as returned, its fresh values not masked
+    yet: makes the masked result. Masking costs a pass over the text, so the engine asks
+    for it only when the call recurs (a new call cannot be a repeat).
+
+    Examples:
+        >>> from loop_guard._volatile import normalize_fresh
+        >>> text = "sent, message id 3f2a9c1e"
+        >>> result = Result.of(text, masked=lambda: Result.of(normalize_fresh(text)))
+        >>> result.masked() == Result.of("sent, message id <id>")
+        True
+    """
 
     @classmethod
     def of(
@@ -146,6 +158,7 @@ class Result:
         is_error: bool = False,
         available_tools: tuple[str, ...] | None = None,
         variant: str = "",
+        masked: Callable[[], Result] | None = None,
     ) -> Result:
         """Build a result from a tool's content (text, content blocks or any value)."""
         result = _new(cls)  # as in `make_call`: a result is made on every step
@@ -156,6 +169,7 @@ class Result:
         _set(result, "available_tools", available_tools)
         _set(result, "variant", variant)
         _set(result, "error_reported", reported)
+        _set(result, "masked", masked)
         return result
 
     def carrying(self, news: Sequence[str]) -> Result:
@@ -172,8 +186,11 @@ class Result:
         """
         if not news:
             return self
+        masked = self.masked  # masked later, the result still carries its news
         return replace(
-            self, fingerprint=result_fingerprint([self.fingerprint, *news], is_error=self.is_error)
+            self,
+            fingerprint=result_fingerprint([self.fingerprint, *news], is_error=self.is_error),
+            masked=None if masked is None else lambda: masked().carrying(news),
         )
 
 

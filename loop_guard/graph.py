@@ -23,6 +23,7 @@ from loop_guard._langchain import (
     STATE_KEY,
     answer_request,
     block_message,
+    earlier_runs,
     final_answer,
     is_marked,
     last_batch,
@@ -189,7 +190,8 @@ class LoopGuardNode:
                     assert_never(verdict)
         session.serve_by_node()  # the steers of this conversation are ours
         results = results_of(self.guard, session, unrecorded, self.guard.tool_names)
-        match session.finish(results, settle=bool(decided)):
+        earlier = earlier_runs(messages, self.guard.config.normalizers)
+        match session.finish(results, settle=bool(decided), earlier=earlier):
             case Stop() as stop:
                 answered = [answer is not None for _, _, answer in decided]
                 ending = [*corrections, *stop_messages(ai_message, answered, stop)]

@@ -22,7 +22,7 @@ from loop_guard._config import LoopGuardConfig
 from loop_guard._engine import Engine
 from loop_guard._events import GuardEvent, event_kinds
 from loop_guard._history import is_user_message, replay
-from loop_guard._langchain import calls_of, keys_of, tokens_of
+from loop_guard._langchain import calls_of, earlier_runs, keys_of, tokens_of
 from loop_guard._messages import GUARD_NAME, REPLY
 from loop_guard._readers import (
     CHECKPOINT_FLOOR,
@@ -216,11 +216,12 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
                 report.findings.append(found)
 
     state = None  # the recent steps outlive each request
+    earlier = earlier_runs(messages, engine.config.normalizers)
     for request in _requests(messages):
         stopped_by.clear()
         decided.clear()
         first = len(report.findings)
-        state = replay(engine, None, request, observe, before=state)
+        state = replay(engine, None, request, observe, before=state, earlier=earlier)
         if stopped_by:
             report.cost += _after_stop(request, stopped_by[0])
         agents = _loop_agents(request, decided, report.findings[first:])
