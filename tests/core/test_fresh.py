@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import string
-import timeit
 import uuid
 from typing import Any
 
@@ -195,15 +194,22 @@ def test_normalize_volatile_is_unchanged() -> None:
     assert normalize_volatile("ETA 90s") == "ETA <duration>"
 
 
-def test_cost_is_linear_and_small() -> None:
+def test_a_large_result_is_masked_in_one_pass() -> None:
+    """Its cost is counted in the benchmarks (`benchmarks/instructions.py`, the sized
+    rows), not timed here: a megabyte of log lines and a 100-row JSON document are masked
+    line by line and row by row, every fresh value and nothing else."""
     record = {"id": U1, "name": "row", "createdAt": "2026-11-30T01:27:13Z", "count": 3}
     doc = js({"ok": True, "rows": [record] * 100})
-    text = ("12: a line of output, took 3 ms, pid 17\n" * 26_000)[:1_000_000]
     assert len(doc) > 9_000
-    per_call = timeit.timeit(lambda: normalize_fresh(doc), number=20) / 20
-    assert per_call < 0.05
-    per_call = timeit.timeit(lambda: normalize_fresh(text), number=2) / 2
-    assert per_call < 2.0
+    rows = json.loads(normalize_fresh(doc))["rows"]
+    assert len(rows) == 100
+    assert len({json.dumps(row, sort_keys=True) for row in rows}) == 1
+    assert rows[0]["name"] == "row"
+    assert rows[0]["createdAt"] != record["createdAt"]
+    text = ("12: a line of output, took 3 ms, pid 17\n" * 26_000)[:1_000_000]
+    lines = normalize_fresh(text).splitlines()
+    assert len(set(lines[:-1])) == 1
+    assert "pid 17" not in lines[0]
 
 
 json_values = st.recursive(
