@@ -5,6 +5,7 @@ callback handler counts it; the scan reports it. Look-alikes pass untouched."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -152,8 +153,16 @@ def test_without_the_guard_the_whole_reply_is_generated() -> None:
     assert model.chunks == len(CHANTING) // CHUNK + 1  # the pieces, then the last chunk
 
 
+# Before Python 3.11 an async call cannot read its run's config from the context
+# (`get_config` raises), so whether it streams is unknown and it is watched, to be safe.
+ASYNC_UNKNOWN = sys.version_info < (3, 11)
+
+
 @pytest.mark.internals(reason="counts the cutters attached by patching their class")
-@pytest.mark.parametrize(("mode", "watched"), [("invoke", 0), ("ainvoke", 0), ("stream", 2)])
+@pytest.mark.parametrize(
+    ("mode", "watched"),
+    [("invoke", 0), ("ainvoke", 2 if ASYNC_UNKNOWN else 0), ("stream", 2)],
+)
 def test_only_a_reply_that_streams_is_watched_as_it_streams(
     mode: Mode, watched: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
