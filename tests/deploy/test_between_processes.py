@@ -1,7 +1,8 @@
 """Loops between agents on a thread that another process resumes mid-loop (SPEC §5, §9).
 
 A swarm ping-pong, a supervisor re-delegating the same task and a ping-pong in a network
-of one's own run their first laps in one process; a fresh process, with agents and guards
+of one's own (the first two also watched by the callback handler instead of middleware)
+run their first laps in one process; a fresh process, with agents and guards
 of its own, resumes the same thread from its checkpointer: the steer and the stop land
 exactly where one uninterrupted run puts them, and the two processes together publish
 the events that run does, each once. SQLite always; PostgreSQL too when
@@ -24,10 +25,17 @@ from tests.support.agents import needs_async_context
 
 PROCESS = ROOT / "tests" / "support" / "between_process.py"
 STEER = "human[loop_guard]:LOOP GUARD"
+HANDED_STEER = "\n\nLOOP GUARD: "  # the handler's steer, riding on a tool's answer
 STOP = "ai[loop_guard]:Stopped by loop_guard"
 MODES = [pytest.param("sync"), pytest.param("async", marks=needs_async_context)]
-SHAPES = ["swarm", "supervisor", "network"]
-AFTER_STEER = {"swarm": 3, "supervisor": 3, "network": 5}
+SHAPES = ["swarm", "supervisor", "network", "handler-swarm", "handler-supervisor"]
+AFTER_STEER = {
+    "swarm": 3,
+    "supervisor": 3,
+    "network": 5,
+    "handler-swarm": 3,
+    "handler-supervisor": 3,
+}
 """Resumes after which the first process has published the steer (the network's: decided
 by the guarded tool, still to be written by the node)."""
 
@@ -61,7 +69,10 @@ def run_process(place: Place, shape: str, mode: str, resumes: int) -> Share:
 def assert_stopped_in_time(shape: str, whole: Sequence[str]) -> None:
     """The ping-pongs: steered within 3 laps, stopped within 6; the supervisor: steered
     after 3 delegations and stopped with at most 4 run. All end with the stop."""
-    steer = next(i for i, line in enumerate(whole) if line.startswith(STEER))
+    steer = next(
+        i for i, line in enumerate(whole) if line.startswith(STEER) or HANDED_STEER in line
+    )
+    shape = shape.removeprefix("handler-")
     if shape == "network":
         handoffs = [line.startswith("tool:success:Transferred") for line in whole]
         assert sum(handoffs[:steer]) == 2 * 3

@@ -6,7 +6,9 @@ STORE is a SQLite file or a `postgresql://` URL (the thread's checkpointer). SHA
 `swarm` (`tests.support.between.PingPong`, pausing before each of bob's turns) or
 `supervisor` (`tests.support.between.Supervisor` re-delegating the same task, pausing
 before each of the worker's) or `network` (`tests.support.between.Network` guarded by
-`guard_tools` and `LoopGuardNode`, pausing before each of the node's steps). MODE is
+`guard_tools` and `LoopGuardNode`, pausing before each of the node's steps); `handler-swarm`
+and `handler-supervisor` are the first two watched by the callback handler instead of
+middleware (`HandlerPingPong`, `HandlerSupervisor`), the handler in the run's config. MODE is
 `sync` (`invoke`) or `async` (`ainvoke`, the async checkpointer). The process builds its
 agents and guards afresh, starts the request when the thread is empty, then resumes at
 most RESUMES times while the thread has something left to run, and prints the thread's
@@ -29,8 +31,8 @@ def main(store: str, thread: str, shape: str, mode: str, resumes: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
     if mode == "sync":
         with _checkpointer(store) as checkpointer:
-            app, kinds = _app(shape, checkpointer)
-            config = _config(thread)
+            app, kinds, callbacks = _app(shape, checkpointer)
+            config = _config(thread, callbacks)
             if not app.get_state(config).values:
                 app.invoke(_request(shape), config)
             for _ in range(resumes):
@@ -47,8 +49,8 @@ def main(store: str, thread: str, shape: str, mode: str, resumes: int) -> None:
 
 async def _arun(store: str, thread: str, shape: str, resumes: int) -> tuple[Any, list[str]]:
     async with _acheckpointer(store) as checkpointer:
-        app, kinds = _app(shape, checkpointer)
-        config = _config(thread)
+        app, kinds, callbacks = _app(shape, checkpointer)
+        config = _config(thread, callbacks)
         if not (await app.aget_state(config)).values:
             await app.ainvoke(_request(shape), config)
         for _ in range(resumes):
@@ -58,32 +60,46 @@ async def _arun(store: str, thread: str, shape: str, resumes: int) -> tuple[Any,
         return (await app.aget_state(config)).values["messages"], kinds()
 
 
-def _app(shape: str, checkpointer: Any) -> tuple[Any, Callable[[], list[str]]]:
-    """The graph of `shape`, and the kinds of the events its guards published so far."""
-    from tests.support.between import Network, PingPong, Supervisor
-
-    if shape == "swarm":
-        swarm = PingPong(checkpointer, interrupt_before=["bob"])
-        return swarm.app, swarm.kinds
-    graph = (
-        Supervisor(checkpointer=checkpointer, interrupt_before=["worker"])
-        if shape == "supervisor"
-        else Network(checkpointer=checkpointer, interrupt_before=["loop_guard"])
+def _app(shape: str, checkpointer: Any) -> tuple[Any, Callable[[], list[str]], list[Any]]:
+    """The graph of `shape`, the kinds of the events its guards published so far, and the
+    callbacks its runs are given."""
+    from tests.support.between import (
+        HandlerPingPong,
+        HandlerSupervisor,
+        Network,
+        PingPong,
+        Supervisor,
     )
-    return graph.app, lambda: [event.kind for event in graph.events]
+
+    if shape in ("swarm", "handler-swarm"):
+        kind = PingPong if shape == "swarm" else HandlerPingPong
+        swarm = kind(checkpointer, interrupt_before=["bob"])
+        return swarm.app, swarm.kinds, swarm.callbacks
+    if shape == "network":
+        graph: Network | Supervisor = Network(
+            checkpointer=checkpointer, interrupt_before=["loop_guard"]
+        )
+    else:
+        kind_of = Supervisor if shape == "supervisor" else HandlerSupervisor
+        graph = kind_of(checkpointer=checkpointer, interrupt_before=["worker"])
+    return (
+        graph.app,
+        lambda: [event.kind for event in graph.events],
+        graph.config.get("callbacks", []),
+    )
 
 
 def _request(shape: str) -> dict[str, Any]:
     from langchain_core.messages import HumanMessage
 
-    if shape == "supervisor":
+    if shape.endswith("supervisor"):
         return {"messages": [HumanMessage("Summarise the research", id="u1")]}
     request = {"messages": [HumanMessage("Plan a trip", id="u1")]}
-    return request if shape == "swarm" else {**request, "active_agent": "alice"}
+    return request if shape.endswith("swarm") else {**request, "active_agent": "alice"}
 
 
-def _config(thread: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread}, "recursion_limit": 100}
+def _config(thread: str, callbacks: list[Any]) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}, "recursion_limit": 100, "callbacks": callbacks}
 
 
 def _checkpointer(store: str) -> contextlib.AbstractContextManager[Any]:
