@@ -111,6 +111,8 @@ class Turn(Generic[ResponseT]):
         self._sent: Compacted | None = None  # the compacted request of the model call
         self.session = session_of(guard, request.state, request.runtime)
         self.history = messages_of(request.state)  # the history before this turn
+        # Where earlier runs of a call are found when it recurs (`Engine.record_result`).
+        self.earlier = earlier_runs(self.history, guard.config.normalizers)
         self._start = self.session.state  # the state read: changed when it is not this one
         self.tools = tools  # the names of the tools the request offers: others are missing
         self.mode = Mode.CALLING
@@ -452,9 +454,8 @@ class Turn(Generic[ResponseT]):
             elif answer is None and isinstance(verdict, Block):
                 answers.append(block_message(call.id, call.tool, verdict.message))
             answered.append(answer is not None or isinstance(verdict, Block))
-        earlier = earlier_runs(self.history, self.guard.config.normalizers)
         for call, result in results_of(self.guard, session, self_answered, self.tools):
-            session.record_result(call, result, earlier)
+            session.record_result(call, result, self.earlier)
         stop = session.stop
         if stop is not None:
             answers.extend(stop_messages(message, answered, stop))  # ends with the stop
@@ -485,7 +486,7 @@ class Turn(Generic[ResponseT]):
             results,
             settle=bool(awaiting) and message is not None,
             claim=deliver,
-            earlier=earlier_runs(self.history, self.guard.config.normalizers),
+            earlier=self.earlier,
         )
         if not isinstance(after, Steer) or not deliver:
             return []
