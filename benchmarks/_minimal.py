@@ -38,6 +38,8 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
+from loop_guard import LoopGuardState
+
 STEER_AT = 3
 """The streak at which the result carries a steer."""
 
@@ -137,6 +139,21 @@ class NullWrapModel(NullWrapTool):
 
     def wrap_model_call(self, request: Any, handler: Any) -> Any:
         return handler(request)
+
+
+class NullWrapModelOnly(AgentMiddleware):
+    """Does nothing, through `wrap_model_call` alone: the least a guard on the model path
+    costs in `create_agent` (the framework's wrapper around each model call)."""
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return handler(request)
+
+
+class NullWrapState(NullWrapModel):
+    """`NullWrapModel` with `LoopGuardMiddleware`'s state schema: its per-step layout,
+    hooks and state field, doing nothing."""
+
+    state_schema = LoopGuardState
 
 
 class MinimalGuard(AgentMiddleware):

@@ -48,6 +48,8 @@ from _minimal import (
     MinimalGuard,
     MinimalStateGuard,
     NullWrapModel,
+    NullWrapModelOnly,
+    NullWrapState,
     NullWrapTool,
     graph_interceptor,
 )
@@ -58,7 +60,9 @@ from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardConfig, Loo
 VARIANTS = {
     "agent": "create_agent, no middleware",
     "null-wrap-tool": "create_agent, a do-nothing middleware with wrap_tool_call only",
+    "null-wrap-model-only": "create_agent, a do-nothing middleware with wrap_model_call only",
     "null-wrap-model": "create_agent, a do-nothing middleware with the two wrap hooks",
+    "null-wrap-state": "create_agent, the two wrap hooks doing nothing + the guard's state schema",
     "null-hooks": "create_agent, a do-nothing middleware with our hooks",
     "peer": "create_agent + ToolCallLimitMiddleware (limits set high)",
     "minimal": "create_agent + a minimal guard (one wrap_tool_call, table in memory)",
@@ -84,7 +88,15 @@ VARIANTS |= {
     for suffix in RESULT_SIZES
 }
 
-FLOORS = ("null-wrap-tool", "null-wrap-model", "minimal", "minimal-state", "graph-minimal-tools")
+FLOORS = (
+    "null-wrap-tool",
+    "null-wrap-model-only",
+    "null-wrap-model",
+    "null-wrap-state",
+    "minimal",
+    "minimal-state",
+    "graph-minimal-tools",
+)
 """The variants of `_minimal.py`, which `--check` runs."""
 
 
@@ -114,7 +126,9 @@ def build_for(variant: str, script: Scripted, box: Toolbox) -> tuple[Any, list[A
     middleware = {
         "agent": [],
         "null-wrap-tool": [NullWrapTool()],
+        "null-wrap-model-only": [NullWrapModelOnly()],
         "null-wrap-model": [NullWrapModel()],
+        "null-wrap-state": [NullWrapState()],
         "null-hooks": [NullHooks()],
         "minimal": [MinimalGuard()],
         "minimal-state": [MinimalStateGuard()],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import logging
 import os
@@ -527,8 +528,9 @@ _SHELL_WORDS = _words("bash sh zsh shell terminal powershell cmd command exec ex
 _WORDS = re.compile(r"[a-z]+|[A-Z][a-z]*")
 
 
-def _name_words(tool: str) -> list[str]:
-    return [word.lower() for word in _WORDS.findall(tool)]
+@functools.lru_cache(maxsize=256)  # read for every result; an agent has few tool names
+def _name_words(tool: str) -> tuple[str, ...]:
+    return tuple(word.lower() for word in _WORDS.findall(tool))
 
 
 def state_changing_name(tool: str) -> bool:

@@ -38,6 +38,8 @@ class Outcome(Enum):
 
 
 ALLOWED, BLOCKED, NOT_RUN, IGNORED = Outcome  # compared by identity on every step
+# An outcome's snapshot value, read without the enum's `value` descriptor (every step).
+_OUTCOME_VALUES = {outcome: outcome.value for outcome in Outcome}
 
 ERROR = "!"  # prefixed to an error result's fingerprint in a step: steps know their errors
 # Prefixed to the fingerprint of a result taken as returned, its fresh values not masked:
@@ -219,7 +221,8 @@ class RequestState:
         """
         snapshot: dict[str, Any] = {"v": SCHEMA_VERSION, "request_id": self.request_id}
         if self.last is not None:
-            snapshot["last"] = self.last._asdict()
+            last = self.last
+            snapshot["last"] = {"tool": last.tool, "args": last.args, "result": last.result}
         if self.streak:
             snapshot["streak"] = self.streak
         if self.variant:
@@ -251,7 +254,7 @@ class RequestState:
         if self.settled:
             snapshot["settled"] = entries_to_json(self.settled)
         if self.recent:
-            snapshot["recent"] = [list(step) for step in self.recent]
+            snapshot["recent"] = list(map(list, self.recent))
         if self.counted:
             snapshot["counted"] = self.counted
         if self.runs:
@@ -270,11 +273,11 @@ class RequestState:
                 for e in self.failing
             ]
         if self.changes:
-            snapshot["changes"] = [list(step) for step in self.changes]
+            snapshot["changes"] = list(map(list, self.changes))
         if self.since_change >= 0:
             snapshot["since_change"] = self.since_change
         if self.turns:
-            snapshot["turns"] = [[list(step) for step in turn] for turn in self.turns]
+            snapshot["turns"] = [list(map(list, turn)) for turn in self.turns]
         if self.question:
             snapshot["question"] = self.question
         if self.asked_again:
@@ -477,15 +480,13 @@ def position(entries: tuple[Entry, ...], key: str) -> int:
 
 
 def entries_to_json(entries: tuple[Entry, ...]) -> list[list[Any]]:
-    return [
-        [e.call.key, e.call.tool, e.call.fingerprint, outcome_to_json(e.outcome)]
-        + (
-            []
-            if e.block is None
-            else [e.block.message, e.block.reason, e.block.streak, e.block.blocks]
-        )
-        for e in entries
-    ]
+    rows = []
+    for call, outcome, block in entries:
+        row: list[Any] = [call.key, call.tool, call.fingerprint, outcome_to_json(outcome)]
+        if block is not None:
+            row += [block.message, block.reason, block.streak, block.blocks]
+        rows.append(row)
+    return rows
 
 
 def entries_from_json(rows: Any) -> tuple[Entry, ...]:
@@ -504,7 +505,7 @@ def outcome_to_json(outcome: Outcome | Answer | None) -> str | list[Any] | None:
     """An entry's outcome in a snapshot: an `Outcome` by its value, an answer as
     `result~variant` (as 0.1.0 wrote it), a reported error as a list."""
     if outcome is None or isinstance(outcome, Outcome):
-        return None if outcome is None else outcome.value
+        return None if outcome is None else _OUTCOME_VALUES[outcome]
     if outcome.reported:
         return list(outcome)
     return f"{outcome.result}{_NEAR}{outcome.variant}" if outcome.variant else outcome.result
