@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -150,16 +151,19 @@ def run(variant: str, steps: int) -> None:
 
 def count(variant: str, steps: int) -> int:
     """Instructions of a whole process running `variant` for `steps` steps."""
+    return instructions_of([__file__, "--child", variant, str(steps)])
+
+
+def instructions_of(arguments: Sequence[str]) -> int:
+    """Instructions of a whole Python process run with `arguments`, under callgrind, with
+    the hash seed fixed."""
     completed = subprocess.run(
         [
             "valgrind",
             "--tool=callgrind",
             "--callgrind-out-file=/dev/null",
             sys.executable,
-            __file__,
-            "--child",
-            variant,
-            str(steps),
+            *arguments,
         ],
         capture_output=True,
         text=True,

@@ -27,14 +27,11 @@ A few seconds a phase at the default size; minutes at 64 KB. Not part of `run.py
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from _agents import Toolbox, agent_with, ask, config_for, healthy, run_invoke
+from instructions import instructions_of
 
 from loop_guard import LoopGuardMiddleware
 
@@ -95,19 +92,7 @@ def child(name: str, size: int, runs: int) -> None:
 
 def count(name: str, size: int, runs: int) -> int:
     """Instructions of a whole child process."""
-    command = [sys.executable, __file__, "--child", name, str(size), str(runs)]
-    completed = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-    )
-    found = re.search(r"Collected : (\d+)", completed.stderr)
-    if found is None:
-        msg = f"no instruction count in valgrind's output: {completed.stderr[-500:]}"
-        raise RuntimeError(msg)
-    return int(found.group(1))
+    return instructions_of([__file__, "--child", name, str(size), str(runs)])
 
 
 def main() -> None:
