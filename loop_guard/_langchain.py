@@ -24,7 +24,7 @@ from loop_guard import _messages
 from loop_guard._config import Normalizer
 from loop_guard._fingerprint import result_fingerprint
 from loop_guard._messages import GUARD_NAME
-from loop_guard._values import Call, Result, Stop, reports_error
+from loop_guard._values import REPORTED_HEAD, Call, Result, Stop, reports_error
 from loop_guard._volatile import normalize_fresh, normalize_made
 
 STEER_MARK = "steer"
@@ -226,20 +226,26 @@ def result_of(
                 else masked
             )
         content = output.content
-        if isinstance(content, str) and output.tool_call_id and output.tool_call_id in content:
-            # The id the model gave the call is no part of what happened: an answer that
-            # quotes it (a human's rejection does) is the same answer for every call.
-            content = content.replace(output.tool_call_id, "<tool_call_id>")
         fresh, normalizers = _fresh_last(normalizers)
+        # The id the model gave the call is no part of what happened: an answer that quotes
+        # it (a human's rejection does) is the same answer for every call. A successful
+        # result is searched for it whole only when its call recurs (`_unmasked`), unless
+        # it is compared at once, rewritten first, or quotes it where an error would show.
+        call_id = output.tool_call_id if isinstance(content, str) else ""
+        if call_id and (
+            is_error or fresh is None or normalizers or call_id in content[: _id_head(call_id)]
+        ):
+            content, call_id = _without_id(content, call_id), ""
         content = _normalized(content, normalizers)
         if is_error or reports_error(content):
             # An error is compared with other calls' errors (the same error, whatever
             # the args): masked at once.
+            content = _without_id(content, call_id)
             content, variant = _masked(content, fresh)
             content, variant = _without_args(content, args, variant)
             available = _available_tools(output, tools) if is_error else None
             return Result.of(content, is_error=is_error, available_tools=available, variant=variant)
-        return _unmasked(content, fresh)
+        return _unmasked(content, fresh, call_id)
     if isinstance(output, Command):
         message = tool_message_of(output)
         if message is not None:
@@ -262,17 +268,32 @@ def _fresh_last(
     return None, normalizers
 
 
-def _unmasked(content: Any, fresh: Normalizer | None) -> Result:
-    """The result of `content`, its fresh values left for `Result.masked` to mask with
-    `fresh`: a pass over the text that the engine asks for only when the call recurs."""
+def _unmasked(content: Any, fresh: Normalizer | None, call_id: str = "") -> Result:
+    """The result of `content`, its fresh values (and the call's id, `call_id`, where it
+    quotes it) left for `Result.masked` to mask with `fresh`: passes over the text that the
+    engine asks for only when the call recurs."""
     if fresh is None:
         return Result.of(content)
 
     def masked() -> Result:
-        found, variant = _masked(content, fresh)
+        found, variant = _masked(_without_id(content, call_id), fresh)
         return Result.of(found, variant=variant)
 
     return Result.of(content, masked=masked)
+
+
+def _without_id(content: Any, call_id: str) -> Any:
+    """The content with the call's id, where it quotes it, written `<tool_call_id>`."""
+    if not call_id or call_id not in content:
+        return content
+    return content.replace(call_id, "<tool_call_id>")
+
+
+def _id_head(call_id: str) -> int:
+    """How much of a result's text holds every quote of `call_id` that moves its first
+    64 characters (what `reports_error` reads) once replaced: a replacement shortens the
+    text by less than the id's length, so a quote past this point stays past them."""
+    return REPORTED_HEAD * (len(call_id) + 1)
 
 
 def _masked(content: Any, fresh: Normalizer | None) -> tuple[Any, str]:

@@ -197,6 +197,8 @@ class Result:
 # A tool that returns its failure instead of raising it says so first: "Error: flight
 # HAT030 not available", "ERROR:\nParameter `old_str` is required".
 _REPORTED_ERROR = re.compile(r"\s*error\b\s*[:!-]", re.IGNORECASE)
+REPORTED_HEAD = 64
+"""The characters of a result's text that `reports_error` reads."""
 
 
 def reports_error(content: Any) -> bool:
@@ -213,7 +215,7 @@ def reports_error(content: Any) -> bool:
     # Most results open with neither: the pattern is not run on every step.
     if head not in "eE" and not head.isspace():
         return False
-    return _REPORTED_ERROR.match(content, 0, 64) is not None
+    return _REPORTED_ERROR.match(content, 0, REPORTED_HEAD) is not None
 
 
 @final

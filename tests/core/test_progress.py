@@ -288,3 +288,24 @@ def test_the_configuration_checks_its_new_fields() -> None:
     config = LoopGuardConfig.from_env(environ)
     assert (config.near_repeat_patience, config.fresh_results) == (0, False)
     assert LoopGuardConfig.pi().fresh_results is False
+
+
+@pytest.mark.internals(
+    reason="how the adapters read a tool message into a Result; no public reader"
+)
+@pytest.mark.parametrize("where", ["head", "tail"])
+def test_a_result_quoting_its_own_call_id_is_the_same_answer_each_call(where: str) -> None:
+    """A successful result is searched for its call's id only once the call recurs; the
+    repeats are then told exactly as repeats of a result that quotes no id."""
+    filler = "line of the file\n" * 400  # past the head `reports_error` reads
+
+    def quoting(n: int) -> str:
+        quote = f"served for c{n}"
+        return f"{quote}\n{filler}" if where == "head" else f"{filler}{quote}\n"
+
+    quoting_agent, plain_agent = Agent(), Agent()
+    verdicts = [quoting_agent.step("read_file", {"path": "a"}, quoting(n)) for n in range(1, 8)]
+    plain = [plain_agent.step("read_file", {"path": "a"}, quoting(0)) for _ in range(1, 8)]
+    assert verdicts == plain
+    assert quoting_agent.kinds == plain_agent.kinds
+    assert [kind for _, kind, _ in plain_agent.kinds][:2] == ["steer", "block"]

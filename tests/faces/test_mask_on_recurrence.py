@@ -6,11 +6,11 @@ or in the guard's cache of last results (wrapped tools, handler)."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 import loop_guard._volatile as volatile
@@ -44,15 +44,15 @@ def _tools() -> list[BaseTool]:
     return [send]
 
 
-def _agent(face: str, script: Any) -> tuple[Any, dict[str, Any]]:
+def _agent(face: str, script: Any, tools: Any = _tools) -> tuple[Any, dict[str, Any]]:
     model = ScriptedChatModel(script=script)
     config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
     if face == "middleware":
         middleware = [LoopGuardMiddleware()]
-        agent = create_agent(model, _tools(), middleware=middleware, checkpointer=InMemorySaver())
+        agent = create_agent(model, tools(), middleware=middleware, checkpointer=InMemorySaver())
         return agent, config
     guard = LoopGuard()
-    tools = guard_tools(_tools(), guard)
+    tools = guard_tools(tools(), guard)
     if face == "tools+handler":
         handler = {"callbacks": [LoopGuardCallbackHandler(guard)]}
         return create_agent(model, tools, checkpointer=InMemorySaver()), {**config, **handler}
@@ -83,3 +83,34 @@ def test_a_send_repeated_with_fresh_ids_is_caught_as_before(face: str, masked: l
     blocked = [n for n, message in enumerate(results, 1) if message.status == "error"]
     assert blocked[:1] == [3 + 7]  # the 7th send to the boss: near-repeats are given longer
     assert not any("user0" in text or "user1" in text for text in masked)  # never recurred
+
+
+def _quoting_tools(quotes: bool) -> Any:
+    def tools() -> list[BaseTool]:
+        @tool
+        def read(path: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+            """Read a file."""
+            served = tool_call_id if quotes else "the cache"
+            return f"{path}:\n" + "a line of the file\n" * 300 + f"served for {served}\n"
+
+        return [read]
+
+    return tools
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_result_quoting_its_call_id_is_caught_as_a_plain_repeat(face: str) -> None:
+    """A long result that quotes its own call's id past its first characters: the id is
+    left out once the call recurs, so the repeats are steered and blocked at the calls
+    where a result quoting nothing is."""
+    script = [[("read", {"path": "notes.md"})]] * 6  # steered and blocked, not stopped
+    outcomes = []
+    for quotes in (True, False):
+        agent, config = _agent(face, sequence(*script), _quoting_tools(quotes))
+        messages = run(agent, {"messages": [("user", "read the notes")]}, config, "invoke")
+        results = [message for message in messages if message.type == "tool"]
+        steered = [n for n, message in enumerate(messages) if message.name == "loop_guard"]
+        blocked = [n for n, message in enumerate(results, 1) if message.status == "error"]
+        outcomes.append((len(results), len(steered), blocked))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[1][2] == [5, 6]
