@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/text_instructions.py                 # on and off
     .venv/bin/python benchmarks/text_instructions.py --none          # and no middleware
+    .venv/bin/python benchmarks/text_instructions.py --direct        # no graph, one thread
     .venv/bin/python benchmarks/text_instructions.py --jobs 4        # four counts at a time
     .venv/bin/python benchmarks/text_instructions.py --tokens 500 3000  # other lengths
 
@@ -33,17 +34,23 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 from bench_text import CHUNK, healthy_text, stream_run
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from loop_guard import LoopGuardMiddleware
+from loop_guard._repeated_text import DEFAULT_MIN_CHARS
+from loop_guard._reply_watch import Cutter
+from loop_guard.testing import ScriptedChatModel
 
 VARIANTS = {
     "on": "LoopGuardMiddleware()",
     "off": "LoopGuardMiddleware(detect_repeated_text=False)",
     "none": "create_agent, no middleware",
+    "direct-on": "the model's own stream, the middleware's cutter attached",
+    "direct-off": "the model's own stream, nothing attached",
 }
 
 TARGET = 0.05
@@ -56,6 +63,9 @@ _SPOKE = ("steers", "blocks", "stops", "errors")
 def run(variant: str, reply_file: Path) -> None:
     """Stream the reply in `reply_file` through the variant's agent (the child's work)."""
     reply = reply_file.read_text(encoding="utf-8")
+    if variant.startswith("direct"):
+        direct(variant, reply)
+        return
     middleware = {
         "on": LoopGuardMiddleware(),
         "off": LoopGuardMiddleware(detect_repeated_text=False),
@@ -68,6 +78,22 @@ def run(variant: str, reply_file: Path) -> None:
         stats = middleware.guard.stats
         spoke = {name: getattr(stats, name) for name in _SPOKE if getattr(stats, name)}
         assert not spoke, f"{variant}: the guard spoke on a healthy reply: {spoke}"
+
+
+def direct(variant: str, reply: str) -> None:
+    """Stream the reply from the model itself, in this thread, with the cutter the
+    middleware attaches around its model call (`direct-on`) or nothing (`direct-off`)."""
+    model = ScriptedChatModel(script=lambda messages, index: AIMessage(reply), chunk_chars=CHUNK)
+    prompt: list[BaseMessage] = [HumanMessage("Why does the build fail?")]
+    watching = Cutter(DEFAULT_MIN_CHARS, prompt) if variant == "direct-on" else nullcontext()
+    with watching:
+        for _ in model.stream(prompt):
+            pass
+    expected = -(-len(reply) // CHUNK) + 1
+    assert model.chunks == expected, f"{variant}: {model.chunks} of {expected} chunks generated"
+    if isinstance(watching, Cutter):  # it read the whole reply, and found it clean
+        assert watching.cut is None, f"{variant}: cut"
+        assert len(watching.read) == 1, f"{variant}: not watched"
 
 
 def count(variant: str, reply_file: Path, out_dir: Path) -> int:
@@ -116,6 +142,11 @@ def main() -> None:
         "--jobs", type=int, default=2, help="valgrind runs at a time (counts do not move)"
     )
     parser.add_argument("--none", action="store_true", help="count no middleware too")
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="count the model's own stream, in one thread, with and without the cutter",
+    )
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "REPLY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -126,7 +157,8 @@ def main() -> None:
         parser.error("--tokens wants 0 < SHORT < LONG")
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not on the PATH")
-    variants = ["on", "off", *(["none"] if args.none else [])]
+    on_name, off_name = ("direct-on", "direct-off") if args.direct else ("on", "off")
+    variants = [on_name, off_name, *(["none"] if args.none and not args.direct else [])]
     print(
         f"A healthy reply streamed in {CHUNK}-character chunks through create_agent"
         f' (stream_mode="messages"), counted by callgrind at {short:,} and {long:,} tokens;'
@@ -160,7 +192,7 @@ def main() -> None:
                 f" {per_chunk[variant] / 1e3:,.1f}k |",
                 flush=True,
             )
-    on, off = per_chunk["on"], per_chunk["off"]
+    on, off = per_chunk[on_name], per_chunk[off_name]
     share = (on - off) / off
     print(
         f"\nthe check adds (on - off) / off = {share:.2%} of the streamed run"
