@@ -159,9 +159,14 @@ def main() -> None:
         parser.error("valgrind is not on the PATH")
     on_name, off_name = ("direct-on", "direct-off") if args.direct else ("on", "off")
     variants = [on_name, off_name, *(["none"] if args.none and not args.direct else [])]
+    through = (
+        "the model's own stream, in one thread"
+        if args.direct
+        else 'create_agent (stream_mode="messages")'
+    )
     print(
-        f"A healthy reply streamed in {CHUNK}-character chunks through create_agent"
-        f' (stream_mode="messages"), counted by callgrind at {short:,} and {long:,} tokens;'
+        f"A healthy reply streamed in {CHUNK}-character chunks through {through},"
+        f" counted by callgrind at {short:,} and {long:,} tokens;"
         f" per chunk = difference / {long - short:,}.\n",
         flush=True,
     )

@@ -283,10 +283,9 @@ def _unmasked(content: Any, fresh: Normalizer | None, call_id: str = "") -> Resu
 
 
 def _without_id(content: Any, call_id: str) -> Any:
-    """The content with the call's id, where it quotes it, written `<tool_call_id>`."""
-    if not call_id or call_id not in content:
-        return content
-    return content.replace(call_id, "<tool_call_id>")
+    """The content with the call's id, where it quotes it, written `<tool_call_id>` (one
+    search: `str.replace` hands back the text itself when it quotes none)."""
+    return content.replace(call_id, "<tool_call_id>") if call_id else content
 
 
 def _id_head(call_id: str) -> int:
