@@ -16,7 +16,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 import loop_guard._volatile as volatile
 from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardMiddleware, guard_tools
 from loop_guard.testing import ScriptedChatModel, sequence
-from tests.support.agents import build_graph, run
+from tests.support.agents import Mode, build_graph, run
 
 FACES = ("middleware", "tools+node", "tools+handler")
 
@@ -98,8 +98,9 @@ def _quoting_tools(quotes: bool) -> Any:
     return tools
 
 
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
 @pytest.mark.parametrize("face", FACES)
-def test_a_result_quoting_its_call_id_is_caught_as_a_plain_repeat(face: str) -> None:
+def test_a_result_quoting_its_call_id_is_caught_as_a_plain_repeat(face: str, mode: Mode) -> None:
     """A long result that quotes its own call's id past its first characters: the id is
     left out once the call recurs, so the repeats are steered and blocked at the calls
     where a result quoting nothing is."""
@@ -107,7 +108,7 @@ def test_a_result_quoting_its_call_id_is_caught_as_a_plain_repeat(face: str) -> 
     outcomes = []
     for quotes in (True, False):
         agent, config = _agent(face, sequence(*script), _quoting_tools(quotes))
-        messages = run(agent, {"messages": [("user", "read the notes")]}, config, "invoke")
+        messages = run(agent, {"messages": [("user", "read the notes")]}, config, mode)
         results = [message for message in messages if message.type == "tool"]
         steered = [n for n, message in enumerate(messages) if message.name == "loop_guard"]
         blocked = [n for n, message in enumerate(results, 1) if message.status == "error"]
