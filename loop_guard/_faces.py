@@ -12,10 +12,11 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from loop_guard import _otel_sink
 from loop_guard._guard import LoopGuard, Session
+from loop_guard._history import handoff_news
 from loop_guard._langchain import answers_to, calls_of, duplicate_of, result_of, tokens_of
 from loop_guard._langchain_sink import dispatch_event
 from loop_guard._siblings import original_of, original_output
@@ -59,9 +60,11 @@ def results_of(
     session: Session,
     answered: Iterable[tuple[Call, ToolMessage]],
     tools: Collection[str] | None = None,
+    batch: tuple[Sequence[BaseMessage], AIMessage] | None = None,
 ) -> list[tuple[Call, Result]]:
     """Each answered call with its `Result`, read with its tool's normalizers (`tools`:
-    as for `result_of`).
+    as for `result_of`); `batch`, the history and the response the calls are of, gives
+    a handoff's result what its agent said (`handoff_news`).
 
     An answer that cannot be read (a normalizer that raises) is reported and left out,
     so that the rest of its batch is still recorded.
@@ -70,7 +73,10 @@ def results_of(
     for call, answer in answered:
         try:
             normalizers = guard.config.normalizers(call.tool)
-            results.append((call, result_of(answer, normalizers, tools, args=call.args)))
+            result = result_of(answer, normalizers, tools, args=call.args)
+            if batch is not None:
+                result = result.carrying(handoff_news(*batch, answer))
+            results.append((call, result))
         except Exception as error:  # a fault of the guard's configuration: this call only
             guard.report_fault(session.conversation, error)
     return results

@@ -20,6 +20,7 @@ from loop_guard._engine import TURNS_KEPT, Earlier, Engine
 from loop_guard._fingerprint import result_fingerprint
 from loop_guard._langchain import (
     BLOCK_MARK,
+    HANDOFF_KEY,
     STATE_KEY,
     STEER_MARK,
     answers_to,
@@ -34,6 +35,7 @@ from loop_guard._messages import GUARD_NAME
 from loop_guard._reply_watch import repeats_in
 from loop_guard._state import RequestState
 from loop_guard._values import Call, Decision, Proceed
+from loop_guard._volatile import normalize_fresh
 
 
 def current_request(messages: Sequence[BaseMessage]) -> tuple[str | None, Sequence[BaseMessage]]:
@@ -207,9 +209,6 @@ def is_user_message(message: BaseMessage) -> bool:
     )
 
 
-HANDOFF_KEY = "__handoff_destination"
-"""Where a handoff's answer names the agent it went to (`langgraph-supervisor`)."""
-
 Observer = Callable[[Call, Sequence[Decision]], object]
 """Receives each replayed call with the decisions it led to (for the offline scan)."""
 
@@ -272,15 +271,17 @@ def catch_up(
         answers = answers_to(calls, later)
         reports = [m for m in later if is_report(m, message.name)]
         state, decisions = engine.open_batch(state, calls, tokens_of(message))
-        for call, answer in zip(calls, answers, strict=True):
+        last = len(calls) - 1
+        for position, (call, answer) in enumerate(zip(calls, answers, strict=True)):
             if answer is None:
                 continue  # still running: the live adapter checks it
             state, verdict, checked = engine.check_call(state, call)
             decisions = (*decisions, *checked)
             if isinstance(verdict, Proceed) and not is_marked(answer, BLOCK_MARK):
+                handed = handed_over(messages, index, answer, last=position == last)
                 result = result_of(
                     answer, engine.config.normalizers(call.tool), tools, args=call.args
-                ).carrying(news_of(message, answer, reports))
+                ).carrying(news_of(messages, index, reports, handed=handed))
                 state, recorded = engine.record_result(state, call, result, earlier)
                 decisions = (*decisions, *recorded)
             if observe is not None and decisions:
@@ -311,24 +312,131 @@ def is_report(message: BaseMessage, agent: str | None) -> bool:
     )
 
 
-def news_of(response: AIMessage, answer: ToolMessage, reports: Sequence[BaseMessage]) -> list[str]:
-    """The new work a call's answer came with from other agents: the task the response
-    wrote, when the call handed it over (its answer names where to, as the handoffs of
-    `langgraph-supervisor` do), and the reports of the agents that worked after it.
+def news_of(
+    messages: Sequence[BaseMessage],
+    index: int,
+    reports: Sequence[BaseMessage] = (),
+    *,
+    handed: bool,
+) -> list[str]:
+    """The new work a call of the response `messages[index]` came with from other
+    agents: when the call handed the task over (`handed`), what its agent said since
+    the task was handed to it (`said_since_handed`); and the reports of the agents that
+    worked after it (`reports`).
+
+    Examples:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> call = {"name": "to_b", "args": {}, "id": "1"}
+        >>> history = [HumanMessage("Guess"), AIMessage("Is it  50?", name="a", tool_calls=[call])]
+        >>> news_of(history, 1, [AIMessage("Too high", name="b")], handed=True)
+        ['is it 50?', 'Too high']
+        >>> news_of(history, 1, handed=False)
+        []
+    """
+    news = [str(report.text) for report in reports]
+    if handed:
+        news[:0] = said_since_handed(messages, index)
+    return news
+
+
+def handoff_news(
+    messages: Sequence[BaseMessage], response: AIMessage, answer: ToolMessage
+) -> list[str]:
+    """What the answer of a call of `response` (a message of `messages`) brings, read as
+    a face that records it live reads it: a handoff's (an answer naming where it went,
+    `HANDOFF_KEY`) brings what its agent said since it was handed the task; any other
+    answer, nothing.
 
     Examples:
         >>> from langchain_core.messages import AIMessage, ToolMessage
-        >>> task = AIMessage("Research B", tool_calls=[{"name": "to_w", "args": {}, "id": "1"}])
-        >>> moved = ToolMessage(
-        ...     "ok", tool_call_id="1", response_metadata={"__handoff_destination": "w"}
-        ... )
-        >>> news_of(task, moved, [AIMessage("Found C", name="w")])
-        ['Research B', 'Found C']
+        >>> call = {"name": "to_b", "args": {}, "id": "1"}
+        >>> asked = AIMessage("Is it 50?", name="a", tool_calls=[call])
+        >>> moved = ToolMessage("ok", tool_call_id="1", response_metadata={HANDOFF_KEY: "b"})
+        >>> handoff_news([asked, moved], asked, moved)
+        ['is it 50?']
+        >>> handoff_news([asked, moved], asked, ToolMessage("ok", tool_call_id="1"))
+        []
     """
-    news = [str(report.text) for report in reports]
-    if HANDOFF_KEY in answer.response_metadata and response.text:
-        news.insert(0, response.text)
-    return news
+    if HANDOFF_KEY not in answer.response_metadata:
+        return []
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index] is response:
+            return said_since_handed(messages, index)
+    return said_since_handed([response], 0)
+
+
+def said_since_handed(messages: Sequence[BaseMessage], index: int) -> list[str]:
+    """What the agent of the response `messages[index]` said since it was handed the
+    task: the text of its messages back to the last message of another agent (or the
+    user's), in order, as `words_of` reads them. Tool results and the guard's steers in
+    between are not its words.
+
+    Examples:
+        >>> from langchain_core.messages import AIMessage, HumanMessage
+        >>> history = [AIMessage("Too high.", name="b"), AIMessage("Hmm.", name="a")]
+        >>> said_since_handed([*history, AIMessage("Is it 25?", name="a")], 2)
+        ['hmm.', 'is it 25?']
+    """
+    agent = messages[index].name
+    said: list[str] = []
+    for at in range(index, -1, -1):
+        message = messages[at]
+        if isinstance(message, ToolMessage) or (
+            isinstance(message, HumanMessage) and message.name == GUARD_NAME
+        ):
+            continue
+        if not isinstance(message, AIMessage) or message.name != agent:
+            break
+        words = words_of(message.text)
+        if words:
+            said.append(words)
+    return said[::-1]
+
+
+def words_of(text: str) -> str:
+    """Words an agent said, as the guard compares them: case and whitespace do not make
+    words new, nor do the fresh values a result is compared without (times, ids:
+    `normalize_fresh`); any other change does, a number above all (the guess of a
+    guessing game, a draft's number).
+
+    Examples:
+        >>> words_of("  Is it  50? ") == words_of("is it 50?"), words_of("Is it 25?")
+        (True, 'is it 25?')
+    """
+    return normalize_fresh(" ".join(text.split())).casefold()
+
+
+def handed_over(
+    messages: Sequence[BaseMessage], index: int, answer: ToolMessage, *, last: bool
+) -> bool:
+    """Whether a call of the response `messages[index]`, answered by `answer`, handed
+    the task to another agent: its answer names where to (`HANDOFF_KEY`, which the
+    guard's tool hooks write on every handoff they run); or, in a history no guard
+    recorded (the answer holds no `STATE_KEY`), it is the named agent's last call and
+    the next reply in the history is another agent's.
+
+    Examples:
+        >>> from langchain_core.messages import AIMessage, ToolMessage
+        >>> call = {"name": "to_b", "args": {}, "id": "1"}
+        >>> asked = AIMessage("Is it 50?", name="a", tool_calls=[call])
+        >>> moved = ToolMessage("ok", tool_call_id="1")
+        >>> handed_over([asked, moved, AIMessage("Too high.", name="b")], 0, moved, last=True)
+        True
+        >>> handed_over([asked, moved, AIMessage("More.", name="a")], 0, moved, last=True)
+        False
+    """
+    metadata = answer.response_metadata
+    if HANDOFF_KEY in metadata:
+        return True
+    agent = messages[index].name
+    if not last or agent is None or STATE_KEY in metadata:
+        return False
+    for reply in messages[index + 1 :]:
+        if isinstance(reply, AIMessage):
+            return reply.name not in (None, agent, GUARD_NAME)
+        if not isinstance(reply, ToolMessage):
+            return False  # a new request
+    return False
 
 
 def _cut_replies(

@@ -386,18 +386,80 @@ def tool_message_of(output: Any) -> ToolMessage | None:
     return None
 
 
+HANDOFF_KEY = "__handoff_destination"
+"""Where a handoff names the agent it goes to: in its tool's `metadata`
+(`langgraph-swarm`, `langgraph-supervisor`) and in its answer's `response_metadata`
+(`langgraph-supervisor`; the guard's tool hooks write it on every handoff they run,
+`as_handoff`)."""
+
+
 def hands_over(output: Any) -> bool:
-    """Whether a tool's output hands the run to another agent (a `Command` that goes to
-    another node: a swarm's or a supervisor's handoff). Its result is what the history
-    shows once that agent worked (the task, the agent's report: `_history.news_of`), so
-    the live faces leave it to be read from there.
+    """Whether a tool's output hands the run to another agent: a `Command` that goes to
+    another node (a swarm's or a supervisor's handoff), or an answer that names where it
+    went (`HANDOFF_KEY`). Its result is what the history shows (what the agent said
+    beside it, the reports of the agent it went to: `_history.news_of`), so the live
+    faces leave it to be read from there.
 
     Examples:
         >>> from langgraph.types import Command
         >>> hands_over(Command(goto="bob", graph=Command.PARENT)), hands_over("ok")
         (True, False)
     """
-    return isinstance(output, Command) and bool(output.goto)
+    if isinstance(output, Command):
+        if output.goto:
+            return True
+    elif not isinstance(output, ToolMessage):
+        return False
+    message = tool_message_of(output)
+    return message is not None and HANDOFF_KEY in message.response_metadata
+
+
+def as_handoff(output: Any, tool_metadata: Mapping[str, Any] | None) -> Any:
+    """A tool's output with its answer naming the agent it hands over to (`HANDOFF_KEY`),
+    when the tool is a handoff: its metadata names the agent, or its `Command` goes to
+    another node. The history then tells a handoff from any other call, in a process
+    that never saw the tool (`_history.news_of`). Any other output is returned as is.
+
+    Examples:
+        >>> from langchain_core.messages import ToolMessage
+        >>> moved = as_handoff(ToolMessage("ok", tool_call_id="1"), {HANDOFF_KEY: "bob"})
+        >>> moved.response_metadata[HANDOFF_KEY]
+        'bob'
+        >>> as_handoff("ok", None)
+        'ok'
+    """
+    destination = (tool_metadata or {}).get(HANDOFF_KEY)
+    if destination is None and isinstance(output, Command) and output.goto:
+        goto = output.goto
+        destination = goto if isinstance(goto, str) else str(getattr(goto, "node", goto))
+    if destination is None:
+        return output
+
+    def marked(message: ToolMessage) -> ToolMessage:
+        if HANDOFF_KEY in message.response_metadata:
+            return message
+        metadata = {**message.response_metadata, HANDOFF_KEY: str(destination)}
+        return message.model_copy(update={"response_metadata": metadata})
+
+    if isinstance(output, ToolMessage):
+        return marked(output)
+    return with_tool_message(output, marked) if isinstance(output, Command) else output
+
+
+def with_tool_message(
+    output: Command[Any], rewrite: Callable[[ToolMessage], ToolMessage]
+) -> Command[Any]:
+    """A tool's `Command` with its tool message (`tool_message_of`) rewritten."""
+    found = tool_message_of(output)
+    if found is None or not isinstance(output.update, dict):
+        return output
+    messages = [rewrite(m) if m is found else m for m in output.update["messages"]]
+    return Command(
+        graph=output.graph,
+        update={**output.update, "messages": messages},
+        resume=output.resume,
+        goto=output.goto,
+    )
 
 
 def duplicate_of(

@@ -345,7 +345,10 @@ def _from_openai_message(
             arguments = _arguments(function.get("arguments"))
             name = str(function.get("name"))
             calls.append({"name": name, "args": arguments, "id": fresh, "type": "tool_call"})
-        return AIMessage(content=text, tool_calls=calls)
+        author = row.get("name")  # the agent, in a recorded chat between agents
+        return AIMessage(
+            content=text, tool_calls=calls, name=author if isinstance(author, str) else None
+        )
     if role == "tool":
         match = [p for p in pending if p[0] == str(row.get("tool_call_id"))] or pending[:1]
         if not match:

@@ -479,7 +479,8 @@ class Turn(Generic[ResponseT]):
             for call, answer in zip(calls, answers_to(calls, answers), strict=True):
                 if answer is not None and call.key in awaiting:
                     answered.append((call, answer))
-        results = results_of(self.guard, session, answered, self.tools)
+        batch = None if message is None else (messages, message)
+        results = results_of(self.guard, session, answered, self.tools, batch)
         # Settled only where the batch's response is in sight; a stop is the reply's to
         # tell (`_check_reply`).
         after = session.finish(

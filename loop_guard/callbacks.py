@@ -19,6 +19,7 @@ from loop_guard._conversation import ConversationKey, RunTree, session_for
 from loop_guard._faces import attach_sinks
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
+    HANDOFF_KEY,
     answers_to,
     calls_of,
     error_result,
@@ -122,7 +123,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         logging.getLogger("langchain_core.callbacks.manager").addFilter(_QUIET_STOPS)
         # Per tool run: its session, its call, and the args it ran with (a call taken from
         # a restored state keeps no args; an error is read with the args it quotes masked).
-        self._tools: dict[UUID, tuple[Session, Call, Any]] = {}
+        self._tools: dict[UUID, tuple[Session, Call, Any, bool]] = {}
         self._claiming = threading.Lock()
         # Per conversation: the calls of its latest responses a tool run answers already.
         self._claimed: OrderedDict[str, set[str]] = OrderedDict()
@@ -271,8 +272,15 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
                 args = inputs if inputs is not None else input_str
                 if call is None:  # a call no response showed (a tool invoked directly)
                     call = Call.of(name, args, id=tool_call_id)
-                # The model's args where the call still has them, as the other faces read.
-                self._tools[run_id] = (session, call, args if call.args is None else call.args)
+                # The model's args where the call still has them, as the other faces read;
+                # a handoff's result is read from the history (`hands_over`).
+                handoff = HANDOFF_KEY in (metadata or {})
+                self._tools[run_id] = (
+                    session,
+                    call,
+                    args if call.args is None else call.args,
+                    handoff,
+                )
         except Exception as error:
             self.guard.report_fault(str(key), error)
 
@@ -330,7 +338,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         that answers it later (after a resume) claims it again."""
         tracked = self._tools.get(run_id)
         if tracked is not None:
-            session, call, _ = tracked
+            session, call, _, _ = tracked
             with self._claiming:
                 self._claimed.get(session.conversation, set()).discard(call.key)
         self._end(run_id)
@@ -339,8 +347,8 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
         tracked = self._tools.pop(run_id, None)
         try:
             if tracked is not None:
-                session, call, args = tracked
-                if session.awaits_result(call) and not hands_over(output):
+                session, call, args, handoff = tracked
+                if session.awaits_result(call) and not (handoff or hands_over(output)):
                     if result is None:
                         normalizers = self.guard.config.normalizers(call.tool)
                         result = result_of(output, normalizers, args=args)

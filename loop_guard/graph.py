@@ -20,6 +20,7 @@ from loop_guard._faces import attach_sinks, final_answer_failed, results_of, ver
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
+    HANDOFF_KEY,
     STATE_KEY,
     answer_request,
     block_message,
@@ -162,9 +163,13 @@ class LoopGuardNode:
         while end > 0 and not isinstance(messages[end - 1], AIMessage):
             end -= 1
         session = session_for(self.guard, key, messages, end)
-        if answers and all(STATE_KEY in answer.response_metadata for answer in answers):
+        if answers and all(
+            STATE_KEY in answer.response_metadata and HANDOFF_KEY not in answer.response_metadata
+            for answer in answers
+        ):
             # Guarded tools recorded them, and published what they led to, in the process
             # that ran them: a process taking the thread over reads them, publishing nothing.
+            # (A handoff's they leave to this node, which reads what its agent said.)
             follow_history(self.guard, session, messages)
         corrections: list[AnyMessage] = []
         unrecorded: list[tuple[Call, ToolMessage]] = []  # answers no wrapper recorded
@@ -189,7 +194,8 @@ class LoopGuardNode:
                 case _:
                     assert_never(verdict)
         session.serve_by_node()  # the steers of this conversation are ours
-        results = results_of(self.guard, session, unrecorded, self.guard.tool_names)
+        batch = None if ai_message is None else (messages, ai_message)
+        results = results_of(self.guard, session, unrecorded, self.guard.tool_names, batch)
         earlier = earlier_runs(messages, self.guard.config.normalizers)
         match session.finish(results, settle=bool(decided), earlier=earlier):
             case Stop() as stop:

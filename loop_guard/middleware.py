@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from langchain.agents.middleware.types import (
@@ -44,6 +44,7 @@ from loop_guard._judge import aask_judge, ask_judge
 from loop_guard._langchain import (
     PersonDecision,
     answers_to,
+    as_handoff,
     ask_request,
     block_message,
     calls_of,
@@ -343,17 +344,17 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             decided = self._ask(request, *asked)
             if isinstance(decided, ToolMessage):  # answered in the tool's place, or stopped
                 return decided if asked[0].stop is not None else with_snapshot(decided, asked[0])
-            return with_snapshot(_edited(handler(decided), request, decided), asked[0])
+            return with_snapshot(_edited(_ran(handler, decided), request, decided), asked[0])
         answer = self._blocked_answer(request)
         if answer is not None:
             return answer
         shared = self._sharing(request)
         if shared is None:
-            return handler(request)
+            return _ran(handler, request)
         conversation, call, siblings = shared
         return cast(
             "ToolMessage | Command[Any]",
-            shared_run(self.guard, conversation, call, siblings, lambda: handler(request)),
+            shared_run(self.guard, conversation, call, siblings, lambda: _ran(handler, request)),
         )
 
     @override
@@ -368,17 +369,19 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             decided = self._ask(request, *asked)
             if isinstance(decided, ToolMessage):  # answered in the tool's place, or stopped
                 return decided if asked[0].stop is not None else with_snapshot(decided, asked[0])
-            return with_snapshot(_edited(await handler(decided), request, decided), asked[0])
+            return with_snapshot(_edited(await _aran(handler, decided), request, decided), asked[0])
         answer = self._blocked_answer(request)
         if answer is not None:
             return answer
         shared = self._sharing(request)
         if shared is None:
-            return await handler(request)
+            return await _aran(handler, request)
         conversation, call, siblings = shared
         return cast(
             "ToolMessage | Command[Any]",
-            await ashared_run(self.guard, conversation, call, siblings, lambda: handler(request)),
+            await ashared_run(
+                self.guard, conversation, call, siblings, lambda: _aran(handler, request)
+            ),
         )
 
     @override
@@ -532,6 +535,27 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         except Exception as error:  # a fault of the guard: the call runs unguarded
             self.guard.report_fault(None, error)
             return None
+
+
+def _ran(
+    handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]], request: ToolCallRequest
+) -> ToolMessage | Command[Any]:
+    """The tool's output, a handoff's answer naming where it went (`as_handoff`)."""
+    output = handler(request)
+    return cast("ToolMessage | Command[Any]", as_handoff(output, _tool_metadata(request)))
+
+
+async def _aran(
+    handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    request: ToolCallRequest,
+) -> ToolMessage | Command[Any]:
+    """Async twin of `_ran`."""
+    output = await handler(request)
+    return cast("ToolMessage | Command[Any]", as_handoff(output, _tool_metadata(request)))
+
+
+def _tool_metadata(request: ToolCallRequest) -> Mapping[str, Any] | None:
+    return None if request.tool is None else request.tool.metadata
 
 
 def _judge_model(judge: object) -> BaseChatModel | None:

@@ -26,6 +26,7 @@ from loop_guard._langchain import (
     RESULT_KEY,
     STATE_KEY,
     STEER_MARK,
+    as_handoff,
     calls_of,
     error_result,
     hands_over,
@@ -36,6 +37,7 @@ from loop_guard._langchain import (
     result_record,
     tokens_of,
     tool_message_of,
+    with_tool_message,
 )
 from loop_guard._values import Block, Call, LoopGuardStop, Proceed, Result, Stop
 
@@ -272,6 +274,7 @@ class GuardedTool(BaseTool):
             raise
 
     def _after(self, decision: _Decision, output: Any) -> Any:
+        output = as_handoff(output, self.inner.metadata)
         session, call = decision.session, decision.call
         if session is None or call is None:
             return output
@@ -478,7 +481,7 @@ def _with_steer(output: Any, steer: str, result: Result) -> Any:
         message = output.model_copy(update={"content": steered, "response_metadata": metadata})
         return _marked(message, STEER_MARK)
     if isinstance(output, Command):
-        return _rewritten(output, lambda message: _with_steer(message, steer, result))
+        return with_tool_message(output, lambda message: _with_steer(message, steer, result))
     return output
 
 
@@ -496,21 +499,7 @@ def _with_record(output: Any, session: Session | None) -> Any:
 
     if isinstance(output, ToolMessage):
         return recorded(output)
-    return _rewritten(output, recorded) if isinstance(output, Command) else output
-
-
-def _rewritten(output: Command[Any], rewrite: Callable[[ToolMessage], ToolMessage]) -> Command[Any]:
-    """A tool's `Command` with its tool message (`tool_message_of`) rewritten."""
-    found = tool_message_of(output)
-    if found is None or not isinstance(output.update, dict):
-        return output
-    messages = [rewrite(m) if m is found else m for m in output.update["messages"]]
-    return Command(
-        graph=output.graph,
-        update={**output.update, "messages": messages},
-        resume=output.resume,
-        goto=output.goto,
-    )
+    return with_tool_message(output, recorded) if isinstance(output, Command) else output
 
 
 def _marked(output: Any, mark: str) -> Any:

@@ -10,7 +10,7 @@ import contextlib
 import json
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from loop_guard.testing import (
 from tests.support.agents import ToolRuns, ask, make_tools
 from tests.support.browser import ReportPage, artifacts, chromium, measured, need_chromium
 from tests.support.cli import run_cli
+from tests.support.talk import DONE, NUMBER, Lines, bounce, guessing, review, speakers
 
 
 def record_swarm(
@@ -130,6 +131,41 @@ def test_one_agent_looping_alone_in_a_swarm_is_no_loop_between_agents(tmp_path: 
     assert not [finding for finding in report["findings"] if "agents" in finding]
     _, text, _ = run_cli("scan", str(database))
     assert "between" not in text
+
+
+@pytest.mark.parametrize(
+    ("lines", "answer"), [(guessing, NUMBER), (review, DONE)], ids=["guessing", "review"]
+)
+def test_agents_taking_turns_with_new_words_are_no_loop(
+    lines: Callable[[], tuple[Lines, Lines]], answer: str, tmp_path: Path
+) -> None:
+    """A guessing game and review rounds recorded unguarded: each agent writes new words
+    beside its handoff, so the scan finds nothing, though the handoffs themselves are
+    the same call with the same answer every lap."""
+    database = tmp_path / "chat.sqlite"
+    record_swarm(database, "chat", *speakers(lines(), answer))
+    status, out, _ = run_cli("scan", "--json", str(database))
+    [report] = json.loads(out)
+    assert report["findings"] == []
+    assert status == 0
+
+
+def test_the_same_words_bounced_beside_handoffs_are_a_loop_between_agents(
+    tmp_path: Path,
+) -> None:
+    """The same two lines handed back and forth, recorded unguarded: steered at bob's 3rd
+    handoff (the 3rd lap closes), blocked from the 5th lap, stopped within the 6th."""
+    database = tmp_path / "chat.sqlite"
+    record_swarm(database, "bounce", *speakers(bounce(), NUMBER))
+    status, out, _ = run_cli("scan", "--json", str(database))
+    assert status == 1
+    [report] = json.loads(out)
+    kinds = [finding["kind"] for finding in report["findings"]]
+    assert kinds == ["steer", "block", "block", "block", "stop"]
+    steer = report["findings"][0]
+    assert (steer["agent"], steer["agents"]) == ("bob", ["alice", "bob"])
+    assert steer["call"] <= 2 * 3  # 1-based: bob's 3rd handoff
+    assert report["findings"][-1]["call"] <= 2 * 6
 
 
 def test_a_single_agents_thread_says_nothing_of_agents(tmp_path: Path) -> None:
