@@ -116,9 +116,10 @@ def laps(*turns: Turn, times: int) -> tuple[Turn, ...]:
     return tuple(turns) * times
 
 
-def each(count: int, make: Any) -> tuple[Turn, ...]:
-    """The turns `make(i)` returns for i in 0..count-1, in order."""
-    return tuple(turn for i in range(count) for turn in make(i))
+def each(count: int, make: Any, then: Turn | None = None) -> tuple[Turn, ...]:
+    """The turns `make(i)` returns for i in 0..count-1, in order, and `then`."""
+    turns = tuple(turn for i in range(count) for turn in make(i))
+    return turns if then is None else (*turns, then)
 
 
 GUESSES = (50, 25, 43, 31, 40, 35)
@@ -206,8 +207,8 @@ THREADS: tuple[Thread, ...] = (
                 reply("researcher", f"Topic {i + 1}: three papers found."),
                 hand_back("researcher"),
             ),
-        )
-        + (reply("supervisor", "Here is the summary."),),
+            then=reply("supervisor", "Here is the summary."),
+        ),
     ),
     Thread(
         "supervisor-same-task-new-findings",
@@ -221,8 +222,8 @@ THREADS: tuple[Thread, ...] = (
                 reply("researcher", f"Finding number {i + 1}."),
                 hand_back("researcher"),
             ),
-        )
-        + (reply("supervisor", "Five findings collected."),),
+            then=reply("supervisor", "Five findings collected."),
+        ),
         why="the same task words, a new report every time",
     ),
     Thread(
@@ -238,8 +239,8 @@ THREADS: tuple[Thread, ...] = (
                 handoff("manager", "critic", "Next speaker: critic."),
                 handoff("critic", "manager", f"Version {i + 1}: add a test for case {i + 2}."),
             ),
-        )
-        + (reply("manager", "TERMINATE"),),
+            then=reply("manager", "TERMINATE"),
+        ),
         why="the manager says the same line each round; the speakers say something new",
     ),
     Thread(
@@ -257,8 +258,8 @@ THREADS: tuple[Thread, ...] = (
                     handoff(speaker, "manager", f"{idea} {i + 1}: it sounds light and fast."),
                 )
             ),
-        )
-        + (reply("manager", "We will vote on the nine names."),),
+            then=reply("manager", "We will vote on the nine names."),
+        ),
     ),
     Thread(
         "two-agent-code-runs",
@@ -277,8 +278,8 @@ THREADS: tuple[Thread, ...] = (
                     "user_proxy", "assistant", f"exitcode: {i % 2}\nOutput: step {i + 1} of 4 done"
                 ),
             ),
-        )
-        + (reply("assistant", "The chart is saved. TERMINATE"),),
+            then=reply("assistant", "The chart is saved. TERMINATE"),
+        ),
     ),
     Thread(
         "two-agent-twenty-questions",
@@ -308,8 +309,8 @@ THREADS: tuple[Thread, ...] = (
                     ("Yes.", "No.", "Yes.", "Yes.", "No.", "No.", "Yes.", "Yes.")[i],
                 ),
             ),
-        )
-        + (reply("asker", "It is a zebra."),),
+            then=reply("asker", "It is a zebra."),
+        ),
         why="the answers are Yes. and No. over and over; every question is new",
     ),
     Thread(
@@ -335,8 +336,8 @@ THREADS: tuple[Thread, ...] = (
                     + ".",
                 ),
             ),
-        )
-        + (reply("pro", "Closing: the benefits outweigh the costs."),),
+            then=reply("pro", "Closing: the benefits outweigh the costs."),
+        ),
     ),
     Thread(
         "debate-with-a-stock-phrase",
@@ -361,8 +362,8 @@ THREADS: tuple[Thread, ...] = (
                     + ".",
                 ),
             ),
-        )
-        + (reply("con", "We agree to differ."),),
+            then=reply("con", "We agree to differ."),
+        ),
     ),
     Thread(
         "tutor-student-drill",
@@ -375,8 +376,8 @@ THREADS: tuple[Thread, ...] = (
                 handoff("tutor", "student", f"Correct. Next: what is {i + 3} x 8?"),
                 handoff("student", "tutor", f"{(i + 3) * 8}."),
             ),
-        )
-        + (reply("tutor", "Well done: six out of six."),),
+            then=reply("tutor", "Well done: six out of six."),
+        ),
         why="the tutor's 'Correct.' repeats; the questions and answers are new",
     ),
     Thread(
@@ -416,8 +417,8 @@ THREADS: tuple[Thread, ...] = (
                 ),
                 handoff("executor", "planner", f"Step {i + 1} done."),
             ),
-        )
-        + (reply("planner", "All five steps are done."),),
+            then=reply("planner", "All five steps are done."),
+        ),
     ),
     Thread(
         "planner-executor-polling",
@@ -433,8 +434,8 @@ THREADS: tuple[Thread, ...] = (
                 ),
                 handoff("executor", "planner", f"Still running: {(i + 1) * 20}%."),
             ),
-        )
-        + (reply("planner", "Training finished."),),
+            then=reply("planner", "Training finished."),
+        ),
         why="the same check each round; its result advances",
     ),
     Thread(
@@ -455,8 +456,8 @@ THREADS: tuple[Thread, ...] = (
                 call("writer", "write", {"draft": f"draft {i + 1}"}, f"draft saved: draft {i + 1}"),
                 handoff("writer", "researcher", "Draft saved, what next?"),
             ),
-        )
-        + (reply("writer", "The article is done."),),
+            then=reply("writer", "The article is done."),
+        ),
         why="the words beside the handoffs repeat; every lap searches and writes something new",
     ),
     # --- loops -----------------------------------------------------------------------
