@@ -842,7 +842,10 @@ class Engine:
         """The cycle the last steps go round, as (one lap of steps, laps), if any.
 
         The shortest period whose lap has repeated at least once wins; a lap of one
-        repeated step is a streak, not a cycle.
+        repeated step is a streak, not a cycle. A lap counts as gone round once its
+        first three steps (all of a shorter lap) came round again: a long lap is as
+        plain a loop by then as a short one, and counting it whole would let a cycle of
+        six calls run 17 before its steer.
         """
         if state.runs == self._no_runs:  # no step is the one a period back: the common case
             return None
@@ -853,7 +856,7 @@ class Engine:
             if run >= period:
                 steps = recent[-period:]
                 if len(set(steps)) > 1:
-                    return steps, (run + period) // period
+                    return steps, (run + 2 * period - min(period, 3)) // period
         return None
 
     def _stop(self, state: RequestState, call: Call) -> Stop:

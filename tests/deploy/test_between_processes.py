@@ -121,3 +121,27 @@ def test_a_loop_between_agents_resumed_by_a_fresh_process_on_postgres(
 ) -> None:
     moved = [(postgres_url, new_thread()) for _ in range(2)]
     resumed_mid_loop((postgres_url, new_thread()), moved, shape, mode)
+
+
+CHATS = ["chat-middleware", "chat-handler", "chat-node"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", CHATS)
+def test_a_conversation_between_agents_resumed_by_a_fresh_process_runs_to_its_answer(
+    tmp_path: Path, shape: str, mode: str
+) -> None:
+    """The guessing game (`tests.support.talk`), paused before each of bob's turns: moved
+    to a fresh process after 2 and after 4 of his turns, it runs to the same answer as one
+    uninterrupted run, and neither process publishes any event (SPEC §9: new words are
+    progress, read from the history alike in every process)."""
+    whole = run_process((str(tmp_path / "whole.sqlite"), "t"), shape, mode, 1000)
+    assert whole.timeline[-1] == "ai[alice]:The number is 37."
+    assert whole.events == []
+    for resumes in (2, 4):
+        place = (str(tmp_path / f"moved-{resumes}.sqlite"), "t")
+        first = run_process(place, shape, mode, resumes)
+        second = run_process(place, shape, mode, 1000)
+        assert len(first.timeline) < len(whole.timeline)
+        assert second.timeline == whole.timeline
+        assert first.events + second.events == []

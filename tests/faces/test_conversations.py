@@ -18,6 +18,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from loop_guard import GUARD_NAME
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
+from tests.support.between import Network
 from tests.support.talk import (
     DONE,
     FACES,
@@ -28,8 +29,10 @@ from tests.support.talk import (
     Face,
     bounce,
     guessing,
+    handoff_to,
     handoffs_run,
     review,
+    speakers,
     steered_at,
 )
 
@@ -122,3 +125,20 @@ def test_a_chat_taken_over_by_fresh_agents_mid_way_decides_as_one_run(
             break
     assert [describe(m) for m in messages] == [describe(m) for m in expected]
     assert [(e.kind, e.reason) for e in events] == [(e.kind, e.reason) for e in reference.events]
+
+
+@pytest.mark.parametrize(
+    "sync",
+    [pytest.param(True, id="invoke"), pytest.param(False, id="ainvoke", marks=needs_async_context)],
+)
+def test_a_guessing_game_in_a_network_watched_by_the_handler_runs_to_its_answer(
+    sync: bool,
+) -> None:
+    """A network of one's own watched by the callback handler (no node): its handoffs
+    name where they go (`__handoff_destination`), so the handler reads their results,
+    words included, from the history; the game runs to its answer with no event."""
+    network = Network("handler", scripts=speakers(guessing(), NUMBER), handoff=handoff_to)
+    messages = network.run(sync)
+    assert messages[-1].text == NUMBER
+    assert handoffs_run(messages) == 2 * len(GUESSES)
+    assert network.events == []

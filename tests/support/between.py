@@ -5,7 +5,7 @@ of one's own, and a supervisor with its worker. Only the chat models are scripte
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
 from langchain.agents import create_agent
@@ -98,7 +98,9 @@ class Network:
     and on `face` `"node"` `LoopGuardNode` after the tools node; on `"handler"` the
     callback handler in the run config instead. Stubborn agents hand over whatever they
     are told; with `new_work`, each searches a topic of its own before handing over, for
-    `TASKS` searches in all, then answers. The graph is compiled with `checkpointer` (in
+    `TASKS` searches in all, then answers; `scripts`, alice's and bob's in their place.
+    `handoff` makes the handoff tool to an agent (by default one that names the next
+    agent in the state only). The graph is compiled with `checkpointer` (in
     memory by default) and `compile_options`; it runs on thread `t`."""
 
     def __init__(
@@ -106,6 +108,8 @@ class Network:
         face: Literal["node", "handler"] = "node",
         *,
         new_work: bool = False,
+        scripts: tuple[Script, Script] | None = None,
+        handoff: Callable[[str], BaseTool] | None = None,
         checkpointer: Any = None,
         **compile_options: Any,
     ) -> None:
@@ -113,11 +117,14 @@ class Network:
         self.models: dict[str, ScriptedChatModel] = {}
         guard = LoopGuard(on_event=self.events.append)
         self.config: dict[str, Any] = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
-        tools = guard_tools([_handoff("alice"), _handoff("bob"), search], guard)
+        handoff = handoff or _handoff
+        tools = guard_tools([handoff("alice"), handoff("bob"), search], guard)
         graph = StateGraph(NetworkState)
-        for name, other in (("alice", "bob"), ("bob", "alice")):
+        for number, (name, other) in enumerate((("alice", "bob"), ("bob", "alice"))):
             script = _working(other) if new_work else stubborn((f"transfer_to_{other}", {}))
-            self.models[name] = ScriptedChatModel(script=script)
+            self.models[name] = ScriptedChatModel(
+                script=script if scripts is None else scripts[number]
+            )
             graph.add_node(name, self._agent(name, tools), destinations=("tools", END))
         graph.add_node("tools", ToolNode(tools))
         graph.add_node("next_agent", _next_agent, destinations=("alice", "bob"))

@@ -8,7 +8,9 @@ STORE is a SQLite file or a `postgresql://` URL (the thread's checkpointer). SHA
 before each of the worker's) or `network` (`tests.support.between.Network` guarded by
 `guard_tools` and `LoopGuardNode`, pausing before each of the node's steps); `handler-swarm`
 and `handler-supervisor` are the first two watched by the callback handler instead of
-middleware (`HandlerPingPong`, `HandlerSupervisor`), the handler in the run's config. MODE is
+middleware (`HandlerPingPong`, `HandlerSupervisor`), the handler in the run's config;
+`chat-middleware`, `chat-handler` and `chat-node` are the guessing game of
+`tests.support.talk.Chat` on that face, pausing before each of bob's turns. MODE is
 `sync` (`invoke`) or `async` (`ainvoke`, the async checkpointer). The process builds its
 agents and guards afresh, starts the request when the thread is empty, then resumes at
 most RESUMES times while the thread has something left to run, and prints the thread's
@@ -71,6 +73,12 @@ def _app(shape: str, checkpointer: Any) -> tuple[Any, Callable[[], list[str]], l
         Supervisor,
     )
 
+    if shape.startswith("chat-"):
+        from tests.support.talk import Chat, guessing
+
+        chat = Chat(shape.removeprefix("chat-"), guessing(), checkpointer=checkpointer,  # type: ignore[arg-type]
+                    interrupt_before=["bob"])  # fmt: skip
+        return chat.app, chat.kinds, chat.config.get("callbacks", [])
     if shape in ("swarm", "handler-swarm"):
         kind = PingPong if shape == "swarm" else HandlerPingPong
         swarm = kind(checkpointer, interrupt_before=["bob"])
@@ -94,6 +102,9 @@ def _request(shape: str) -> dict[str, Any]:
 
     if shape.endswith("supervisor"):
         return {"messages": [HumanMessage("Summarise the research", id="u1")]}
+    if shape.startswith("chat-"):
+        request = {"messages": [HumanMessage("Guess my number", id="u1")]}
+        return {**request, "active_agent": "alice"}
     request = {"messages": [HumanMessage("Plan a trip", id="u1")]}
     return request if shape.endswith("swarm") else {**request, "active_agent": "alice"}
 

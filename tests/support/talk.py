@@ -16,8 +16,6 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 from langgraph_swarm import create_handoff_tool, create_swarm
 
@@ -26,10 +24,10 @@ from loop_guard import (
     LoopGuard,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
-    LoopGuardNode,
     guard_tools,
 )
 from loop_guard.testing import Script, ScriptedChatModel
+from tests.support.between import Network
 
 Face = Literal["middleware", "handler", "node"]
 FACES: tuple[Face, ...] = ("middleware", "handler", "node")
@@ -125,7 +123,10 @@ class Chat:
         self.config: dict[str, Any] = {"configurable": {"thread_id": "t"}, "recursion_limit": 120}
         saver = checkpointer or InMemorySaver()
         if face == "node":
-            self.app = self._network().compile(checkpointer=saver, **compile_options)
+            network = Network(
+                scripts=(alice, bob), handoff=handoff_to, checkpointer=saver, **compile_options
+            )
+            self.app, self.events, self.models = network.app, network.events, network.models
         else:
             self.app = self._swarm().compile(checkpointer=saver, **compile_options)
 
@@ -145,29 +146,6 @@ class Chat:
             [agent("alice", "bob"), agent("bob", "alice")], default_active_agent="alice"
         )
 
-    def _network(self) -> StateGraph[Any]:
-        guard = LoopGuard(on_event=self.events.append)
-        tools = guard_tools([handoff_to("alice"), handoff_to("bob")], guard)
-        graph = StateGraph(ChatState)
-        for name in ("alice", "bob"):
-            graph.add_node(name, self._node_agent(name, tools), destinations=("tools", END))
-        graph.add_node("tools", ToolNode(tools))
-        graph.add_node("loop_guard", LoopGuardNode(guard, next_node="next_agent"))
-        graph.add_node("next_agent", _next_agent, destinations=("alice", "bob"))
-        graph.add_edge(START, "alice")
-        graph.add_edge("tools", "loop_guard")
-        return graph
-
-    def _node_agent(self, name: str, tools: Sequence[BaseTool]) -> Any:
-        model = self.models[name].bind_tools(tools)
-
-        def agent(state: ChatState) -> Command[Any]:
-            reply = model.invoke(state["messages"])
-            reply.name = name
-            return Command(goto="tools" if reply.tool_calls else END, update={"messages": [reply]})
-
-        return agent
-
     def run(self, payload: Any, sync: bool) -> list[BaseMessage]:
         if self.face == "node" and isinstance(payload, dict):
             payload = {**payload, "active_agent": "alice"}
@@ -180,10 +158,6 @@ class Chat:
 
     def kinds(self) -> list[str]:
         return [event.kind for event in self.events]
-
-
-class ChatState(MessagesState):
-    active_agent: str
 
 
 def handoff_to(agent: str) -> BaseTool:
@@ -199,10 +173,6 @@ def handoff_to(agent: str) -> BaseTool:
 
     transfer.metadata = {"__handoff_destination": agent}
     return transfer
-
-
-def _next_agent(state: ChatState) -> Command[Any]:
-    return Command(goto=state["active_agent"])
 
 
 def handoffs_run(messages: Sequence[BaseMessage]) -> int:
