@@ -9,10 +9,11 @@ names. Everything here reads the state; deciding is the session's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Annotated, Any, cast
 
 from langchain.agents.middleware.types import AgentState, PrivateStateAttr, ResponseT
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -21,6 +22,7 @@ from typing_extensions import NotRequired
 
 from loop_guard._conversation import ConversationKey, thread_key, thread_of
 from loop_guard._guard import LoopGuard, Session
+from loop_guard._history import rebuild
 from loop_guard._langchain import (
     call_keys,
     calls_of,
@@ -30,6 +32,7 @@ from loop_guard._langchain import (
     position_of,
     tokens_of,
 )
+from loop_guard._state import RequestState
 from loop_guard._values import Call
 
 
@@ -52,10 +55,13 @@ class LoopGuardState(AgentState[ResponseT]):
 def session_of(guard: LoopGuard, state: Mapping[str, Any], runtime: object) -> Session:
     """The guard's session on `state`'s snapshot, in the conversation `runtime` names.
 
-    A snapshot an earlier version wrote is migrated by the guard, the history's latest
-    responses naming its calls. Versions that decided a reply in an `after_model` node
-    could checkpoint a reply before deciding it (human approval listed after the guard, a
-    pause after the model): such a reply is decided here, so that its calls count.
+    A snapshot an earlier version wrote is read again from the history: its steps were
+    fingerprinted by that version's rules (0.1.0 read "Error: ..." as a success, and
+    masked no fresh values), which today's results would never equal, so each pause it
+    made would cost one more run. Its request id stays (the request goes on). Versions
+    that decided a reply in an `after_model` node could checkpoint a reply before
+    deciding it (human approval listed after the guard, a pause after the model): such a
+    reply is decided here, so that its calls count.
     """
     session = guard.session(
         conversation_of(state, runtime),
@@ -63,10 +69,21 @@ def session_of(guard: LoopGuard, state: Mapping[str, Any], runtime: object) -> S
         call_keys=lambda: call_keys(messages_of(state)),
     )
     if session.migrated:
-        reply, _ = last_batch(messages_of(state))
+        messages = messages_of(state)
+        session.catch_up(lambda held: _from_history(guard, held, messages))
+        reply, _ = last_batch(messages)
         if reply is not None and reply.tool_calls and not session.checked(keys_of(reply)):
             session.check_batch(calls_of(reply), tokens_of(reply))
     return session
+
+
+def _from_history(
+    guard: LoopGuard, held: RequestState | None, messages: Sequence[BaseMessage]
+) -> RequestState:
+    """The request's state as today's guard reads it from the history, under the id of
+    the request `held` was."""
+    rebuilt = rebuild(guard.engine, messages, tools=guard.tool_names)
+    return rebuilt if held is None else replace(rebuilt, request_id=held.request_id)
 
 
 def conversation_of(state: Mapping[str, Any], runtime: object) -> str:

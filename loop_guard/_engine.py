@@ -66,7 +66,7 @@ from typing import cast, final
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
-from loop_guard._detectors import BLOCKS, STEERS, Cycle, steer_broken, window
+from loop_guard._detectors import BLOCKS, STEERS, Cycle, side_by_side, steer_broken, window
 from loop_guard._messages import CONTEXT, JUDGE, REPLY
 from loop_guard._state import (
     ALLOWED,
@@ -149,6 +149,7 @@ class Engine:
 
     __slots__ = (
         "_changing",
+        "_follows_beside",
         "_follows_changes",
         "_no_runs",
         "_periods",
@@ -172,6 +173,8 @@ class Engine:
         )
         # Changes matter to the detectors that look past other calls.
         self._follows_changes = config.detect_interleaved or config.escalate_ignored
+        # Calls repeated side by side in every batch: steered, then blocked by the backstop.
+        self._follows_beside = config.detect_interleaved and config.escalate_ignored
         self.hints: Mapping[str, bool] = {}  # per tool: changes state, by its annotations
         # Per tool: whether it changes state, decided on its first successful call (its
         # name's words are parsed once, not on every step); `learn` starts it afresh.
@@ -606,9 +609,9 @@ class Engine:
         state.failing, state.steered = records, steered
         return broken
 
-    def _follow_changes(self, state: RequestState, ran: Sequence[Entry]) -> None:
+    def _follow_changes(self, state: RequestState, ran: Sequence[Entry]) -> bool:
         """Note the calls of a settled batch that changed something and were not the
-        same change re-applied.
+        same change re-applied; whether there was one.
 
         After a change, earlier runs of a check no longer count against its next run:
         the interleaved detector looks only from the batch on, and the backstop and the
@@ -643,6 +646,7 @@ class Engine:
                     for entry in state.steered
                     if entry.step.args in (SAME_ERROR_ARGS, UNKNOWN_ARGS)
                 )
+        return found
 
     def _broken(self, record: Failing) -> bool:
         """Whether a tool's run of identical errors shows it failing whatever its args."""
@@ -728,8 +732,7 @@ class Engine:
         # Only when some tool is failing: a healthy step costs one look at its outcome.
         if config.detect_same_error and (state.failing or errors):
             broken = self._follow_errors(state, ran)
-        if changes and self._follows_changes:
-            self._follow_changes(state, ran)
+        changed = changes and self._follows_changes and self._follow_changes(state, ran)
         siblings = ran[:-1] if counts_step else ran
         if siblings and config.escalate_ignored and state.steered:
             # Each run of a call the model was steered away from counts toward its
@@ -750,6 +753,10 @@ class Engine:
                 or (state.runs is not self._no_runs and any(state.runs))
                 or (bool(state.steered) and any(entry.step == step for entry in state.steered))
             )
+        if (siblings or state.beside) and self._follows_beside:
+            counted = self._step_of(state, ran[-1]) if counts_step else None
+            reached = self._follow_beside(state, entries, siblings, counted, changed)
+            steer = side_by_side(config, state, reached, steer)
         if broken:
             steer = steer_broken(config, state, broken, ran, steer)
         intervened = blocked or steer is not None
@@ -762,6 +769,47 @@ class Engine:
             return spent
         steer = state.steer = replace(steer, cost=state.cost)
         return (*spent, steer)
+
+    def _follow_beside(
+        self,
+        state: RequestState,
+        entries: Sequence[Entry],
+        siblings: Sequence[Entry],
+        counted: Step | None,
+        changed: bool,
+    ) -> list[tuple[Step, Call]]:
+        """Count the batches in a row each call beside the counted one came back with the
+        same result in (`state.beside`); the calls whose count reaches their steer
+        threshold now. A change in the batch is progress: every count starts again. A
+        blocked call keeps its count, as a block never resets a streak."""
+        if changed:
+            state.beside = ()
+            return []
+        previous = dict(state.beside)
+        beside: dict[Step, int] = {}
+        calls: dict[Step, Call] = {}
+        for entry in siblings:
+            step = self._step_of(state, entry)
+            # A missing or broken tool's calls are one call whatever their args: its own
+            # detectors judge them.
+            if step.args in (SAME_ERROR_ARGS, UNKNOWN_ARGS):
+                continue
+            if step != counted and step not in beside:
+                beside[step] = previous.get(step, 0) + 1
+                calls[step] = entry.call
+        for entry in entries:
+            if entry.outcome is BLOCKED:
+                args = self._identity(state, entry.call)
+                for step, batches in previous.items():
+                    if step.tool == entry.call.tool and step.args == args:
+                        beside.setdefault(step, batches)
+        state.beside = tuple(beside.items())
+        config = self.config
+        return [
+            (step, call)
+            for step, call in calls.items()
+            if beside[step] == config.thresholds(step.tool).warn
+        ]
 
     def _step(self, state: RequestState, call: Call, answer: Answer) -> Step:
         """The step a call that ran makes, as the detectors compare it."""

@@ -138,6 +138,18 @@ def final_answer_request_text(tool: str) -> str:
     )
 
 
+def side_by_side_steer_text(tools: tuple[str, ...], batches: int) -> str:
+    """The steer message for calls the model makes side by side in every reply, each with
+    the same arguments and the same result."""
+    return (
+        f"LOOP GUARD: in each of your last {batches} replies you called {_names(tools)} "
+        "with the same arguments and got the same results every time. Repeating them will "
+        "not change the results. Stop repeating these calls: change your approach "
+        "(different arguments or a different tool), or give your final answer with what "
+        "you already have."
+    )
+
+
 def cycle_steer_text(tools: list[str], laps: int) -> str:
     """The steer message for a cycle: the same few calls, round and round."""
     return (

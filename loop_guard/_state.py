@@ -159,6 +159,10 @@ class RequestState:
     counted: int = 0  # steps counted in this request
     runs: tuple[int, ...] = ()  # per cycle period 2, 3, ...: steps matching one period back
     cycle_warned: bool = False
+    # The calls beside the counted one in the last batches, each with the batches in a
+    # row it came back with the same result in: a call repeated side by side in every
+    # batch is a loop of its own (see How the guard decides: interleaved repeats).
+    beside: tuple[tuple[Step, int], ...] = ()
     # Level 0 when a return must not resume a streak: a cycle's steps (the cycle
     # escalates) and interleaved repeats. Every entry counts toward its backstop.
     steered: tuple[Steered, ...] = ()
@@ -261,6 +265,8 @@ class RequestState:
             snapshot["runs"] = list(self.runs)
         if self.cycle_warned:
             snapshot["cycle_warned"] = True
+        if self.beside:
+            snapshot["beside"] = [[list(step), batches] for step, batches in self.beside]
         if self.steered:
             snapshot["steered"] = [[list(entry.step), *entry[1:]] for entry in self.steered]
         if self.unknown:
@@ -331,6 +337,9 @@ class RequestState:
             counted=int(data.get("counted", 0)),
             runs=tuple(int(n) for n in data.get("runs", ())),
             cycle_warned=bool(data.get("cycle_warned", False)),
+            beside=tuple(
+                (Step._make(step), int(batches)) for step, batches in data.get("beside", ())
+            ),
             steered=tuple(steered_from_json(row) for row in data.get("steered", ())),
             unknown=tuple(data.get("unknown", ())),
             available=tuple(data.get("available", ())),
@@ -451,6 +460,7 @@ def clone(state: RequestState) -> RequestState:
     copy.counted = state.counted
     copy.runs = state.runs
     copy.cycle_warned = state.cycle_warned
+    copy.beside = state.beside
     copy.steered = state.steered
     copy.unknown = state.unknown
     copy.available = state.available

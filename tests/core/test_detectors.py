@@ -373,7 +373,9 @@ def test_the_backstop_holds_for_siblings_in_one_batch() -> None:
 
 
 def test_runs_of_a_steered_call_beside_other_calls_count_toward_its_backstop() -> None:
-    """The steered read made first in each parallel response still meets its backstop."""
+    """The steered read, made first in each parallel response beside a new grep, is a
+    loop of its own once it came back alike in 3 responses in a row: steered again, its
+    runs so far (6) count toward its block threshold, so its 7th run is refused."""
     agent = Agent()
     for _ in range(3):
         agent.step("read", {"path": "ROADMAP.md"}, "ENOENT", error=True)
@@ -383,9 +385,31 @@ def test_runs_of_a_steered_call_beside_other_calls_count_toward_its_backstop() -
         )[0]
         for n in range(12)
     ]
-    assert verdicts[:6] == ["Proceed"] * 6  # 9 reads in all
-    assert verdicts[6:9] == ["Block"] * 3
+    assert verdicts[:3] == ["Proceed"] * 3  # 6 reads in all
+    assert verdicts[3:6] == ["Block"] * 3
     assert agent.stamps[-1][1] == "stop"
+
+
+def test_calls_repeated_side_by_side_in_every_batch_are_each_refused_from_their_5th_run() -> None:
+    """Two calls in every response, each answered alike every time: each is a loop of its
+    own, steered together after 3 responses, each refused from its 5th run; the stop
+    comes with the 3rd block. Pi mode keeps to the batch's last call (SPEC §4)."""
+    for pi in (False, True):
+        agent = Agent(LoopGuardConfig.pi() if pi else None)
+        verdicts = [
+            agent.batch([("read", {"path": "notes.md"}, "notes", False), ("ls", {}, "a b", False)])
+            for _ in range(8)
+            if not agent.stamps or agent.stamps[-1][1] != "stop"
+        ]
+        reads = [verdict[0] for verdict in verdicts]
+        assert reads.count("Block") == (0 if pi else len(reads) - 4)
+        assert [verdict[1] for verdict in verdicts].count("Proceed") == 4
+        steers = [stamp for stamp in agent.stamps if stamp[1] == "steer"]
+        assert len(steers) == 1
+        if not pi:
+            assert "`read`" in agent.events[0].message
+            assert "`ls`" in agent.events[0].message
+        assert agent.stamps[-1][1] == "stop"
 
 
 def test_a_cycle_of_a_tolerant_poll_keeps_the_polls_threshold_in_its_backstop() -> None:

@@ -238,3 +238,82 @@ def test_upgrading_a_current_thread_changes_nothing(tmp_path: Path) -> None:
     state = agent.get_state(CONFIG)
     assert upgrade_thread(agent, CONFIG) is None
     assert agent.get_state(CONFIG).config == state.config
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a file."""
+    return f"Error: {path} not found"
+
+
+def paused_agent(checkpointer: Any, events: list[Any]) -> Any:
+    """The fixture writer's `middleware-before-tools` agent: a failing read forever, each
+    tool step paused for a person (`interrupt_before=["tools"]`)."""
+    model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
+    return create_agent(
+        model,
+        [read_file],
+        middleware=[LoopGuardMiddleware(on_event=events.append)],
+        checkpointer=checkpointer,
+        interrupt_before=["tools"],
+    )
+
+
+def approve_every_step(
+    path: Path, *, upgrade: bool, sync: bool
+) -> tuple[list[BaseMessage], list[str]]:
+    """Resume the thread at `path` with today's code, a person approving every tool step
+    until nothing is left to run: its messages and the events published meanwhile."""
+    events: list[Any] = []
+    if sync:
+        agent = paused_agent(SqliteSaver(sqlite3.connect(path, check_same_thread=False)), events)
+        if upgrade:
+            upgrade_thread(agent, CONFIG)
+        for _ in range(30):
+            if not agent.get_state(CONFIG).next:
+                break
+            agent.invoke(None, CONFIG)
+        messages = list(agent.get_state(CONFIG).values["messages"])
+        return messages, [event.kind for event in events]
+
+    async def go() -> list[BaseMessage]:
+        async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+            agent = paused_agent(saver, events)
+            if upgrade:
+                await aupgrade_thread(agent, CONFIG)
+            for _ in range(30):
+                if not (await agent.aget_state(CONFIG)).next:
+                    break
+                await agent.ainvoke(None, CONFIG)
+            return list((await agent.aget_state(CONFIG)).values["messages"])
+
+    return asyncio.run(go()), [event.kind for event in events]
+
+
+def reads_run(messages: list[BaseMessage]) -> int:
+    return sum(isinstance(m, ToolMessage) and not blocked([m]) for m in messages)
+
+
+@SYNC_IN_CONTEXT
+@pytest.mark.parametrize("upgrade", [False, True], ids=["as-is", "upgraded"])
+@pytest.mark.parametrize("approved", [1, 3])
+def test_a_thread_paused_before_the_tools_by_the_release_resumes_exactly(
+    approved: int, upgrade: bool, sync: bool, tmp_path: Path
+) -> None:
+    """Paused before each tool step by 0.1.0, a person having approved 1 or 3 of them:
+    today's code resumes it as one uninterrupted run of today's does, 4 runs of the
+    failing read, one steer, three blocks and the stop. (0.1.0 counted "Error: ..." as a
+    success: read from its snapshot, each of its pauses cost one more run.)"""
+    path = copy(f"release-0.1.0-paused-{approved}.sqlite", tmp_path)
+    messages, kinds = approve_every_step(path, upgrade=upgrade, sync=sync)
+    reference = tmp_path / "reference.sqlite"
+    events: list[Any] = []
+    agent = paused_agent(SqliteSaver(sqlite3.connect(reference, check_same_thread=False)), events)
+    agent.invoke(ask("List the directory"), CONFIG)
+    expected, _ = approve_every_step(reference, upgrade=False, sync=True)
+    assert reads_run(expected) == 4
+    assert reads_run(messages) == 4
+    assert sum(m.type == "human" and m.name == "loop_guard" for m in messages) == 1
+    assert timeline(messages) == timeline(expected)
+    assert kinds[-4:] == ["block", "block", "block", "stop"]
+    assert_valid_history(messages)

@@ -228,11 +228,13 @@ def test_a_stop_answered_by_the_tool_node_keeps_every_call_answered() -> None:
         LoopGuardMiddleware(exit_behavior="ask")], checkpointer=InMemorySaver())  # fmt: skip
     config: Any = {"configurable": {"thread_id": "t"}}
     paused = agent.invoke(ask(), config)
-    assert question(paused)["action_requests"][0]["name"] == "read_file"  # the last refused
+    # Each call of the pair is a loop of its own, blocked from its 5th run: the 3rd block,
+    # the stop, is the listing's in the 6th reply.
+    assert question(paused)["action_requests"][0]["name"] == "list_dir"  # the last refused
     done = agent.invoke(Command(resume=REJECT), config)
     assert_valid_history(done["messages"])
     answers = [m for m in done["messages"] if isinstance(m, ToolMessage)]
-    assert len(answers) == 2 * 7
+    assert len(answers) == 2 * 6
 
 
 def test_a_new_request_after_an_unanswered_question_keeps_the_history_valid() -> None:

@@ -118,16 +118,16 @@ def test_polling_and_different_args_in_a_graph_are_untouched() -> None:
 
 
 def test_parallel_identical_and_different_siblings_in_a_graph() -> None:
-    """Siblings never count against each other; only the batch's last call is compared."""
-    # Each response: the repeated read and, last, a listing: the listing is what counts.
+    """Siblings never count against each other within a batch; across batches, the
+    read made beside the listing in every response is a loop of its own (SPEC §8)."""
+    # Each response: the same read twice and, last, a listing, each answered alike.
     turns = [[READ_NOTES, READ_NOTES, ("list_dir", {"path": "."})]] * 6
     graph, runs, (_, events) = graph_for(sequence(*turns))
     run(graph, ask(), THREAD, "invoke")
-    # The listing runs 4 times; from the 5th response on it is blocked, and a blocked last
-    # call never resets the streak, so it stays blocked while its siblings run.
-    assert runs.counts == {"read_file": 12, "list_dir": 4}
-    assert [e.kind for e in events] == ["steer", "block", "block"]
-    assert {e.tool for e in events} == {"list_dir"}
+    # Each runs in 4 responses; in the 5th all three are blocked, and the stop follows.
+    assert runs.counts == {"read_file": 8, "list_dir": 4}
+    assert [e.kind for e in events] == ["steer", "block", "block", "block", "stop"]
+    assert [e.tool for e in events if e.kind == "block"] == ["read_file", "read_file", "list_dir"]
 
 
 def test_identical_siblings_are_blocked_together() -> None:
@@ -201,7 +201,7 @@ def test_many_conversations_on_one_guard_in_threads_and_event_loops() -> None:
         turn = sum(1 for m in messages if isinstance(m, AIMessage))
         if turn < 6:
             return tool_calls_message(
-                ("read_file", {"path": f"{task}.txt"}), ("list_dir", {"path": f"dir{turn}"})
+                ("read_file", {"path": f"{task}-{turn}.txt"}), ("list_dir", {"path": f"dir{turn}"})
             )
         return AIMessage(content=f"done {task}")
 

@@ -86,7 +86,7 @@ SCENARIOS = [
         "repeat hidden before a different last call",
         sequence(*[[READ, ("list_dir", {"path": "."})]] * 7),
         ["steer", "block", "block", "block", "stop"],
-        {"read_file": 6, "list_dir": 4},  # the stop refuses its sibling too
+        {"read_file": 4, "list_dir": 4},  # side by side, each a loop of its own
     ),
     Scenario(
         "unknown tool",
