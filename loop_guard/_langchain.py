@@ -25,7 +25,7 @@ from loop_guard._config import Normalizer
 from loop_guard._fingerprint import result_fingerprint
 from loop_guard._messages import GUARD_NAME
 from loop_guard._values import REPORTED_HEAD, Call, Result, Stop, reports_error
-from loop_guard._volatile import normalize_fresh, normalize_made
+from loop_guard._volatile import mask_named_ids, normalize_fresh, normalize_made
 
 STEER_MARK = "steer"
 """`response_metadata["loop_guard"]` of a tool result that carries the steer in-band."""
@@ -245,7 +245,7 @@ def result_of(
             content, variant = _without_args(content, args, variant)
             available = _available_tools(output, tools) if is_error else None
             return Result.of(content, is_error=is_error, available_tools=available, variant=variant)
-        return _unmasked(content, fresh, call_id)
+        return _unmasked(content, fresh, call_id, args)
     if isinstance(output, Command):
         message = tool_message_of(output)
         if message is not None:
@@ -268,18 +268,41 @@ def _fresh_last(
     return None, normalizers
 
 
-def _unmasked(content: Any, fresh: Normalizer | None, call_id: str = "") -> Result:
+def _unmasked(
+    content: Any, fresh: Normalizer | None, call_id: str = "", args: Any = None
+) -> Result:
     """The result of `content`, its fresh values (and the call's id, `call_id`, where it
     quotes it) left for `Result.masked` to mask with `fresh`: passes over the text that the
-    engine asks for only when the call recurs."""
+    engine asks for only when the call recurs. Then the ids a JSON answer names that the
+    call (`args`) did not ask for are fresh too (`mask_named_ids`): two receipts of the
+    same send differ only in what each send made."""
     if fresh is None:
         return Result.of(content)
 
     def masked() -> Result:
         found, variant = _masked(_without_id(content, call_id), fresh)
+        if isinstance(found, str):
+            named = mask_named_ids(found, _asked(args))
+            if named != found:
+                found, variant = named, variant or result_fingerprint(content)[:16]
         return Result.of(found, variant=variant)
 
     return Result.of(content, masked=masked)
+
+
+def _asked(args: Any) -> frozenset[str]:
+    """Every scalar value of a call's arguments, as text."""
+    found: set[str] = set()
+    stack = [args]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif value is not None:
+            found.add(str(value))
+    return frozenset(found)
 
 
 def _without_id(content: Any, call_id: str) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 # Order matters: a timestamp or a UUID is replaced before its digits could look like
 # a duration or a nonce.
@@ -425,6 +425,58 @@ def normalize_made(text: str) -> str:
         '{"conversationId":"c3"}'
     """
     return _mask(text, made=True)[0]
+
+
+_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+_ID_WORDS = frozenset(("id", "uuid", "guid"))
+
+
+def mask_named_ids(text: str, asked: Collection[str] = ()) -> str:
+    """A JSON object's values at keys that name an identifier (`messageId`, `file_id`,
+    a bare `id`), when the call did not ask for them (`asked`: the call's argument
+    values, as text), each written `<id>`; any other text as it is.
+
+    For the result of a call that recurs: what a send, an upload or a run returns is
+    often nothing but a receipt naming what it just made, with an id of any shape
+    (`"om_7"`, `"f_0"`), new on every call. Ids inside lists are kept: they name the
+    records a listing found, and other records are another result.
+
+    Examples:
+        >>> mask_named_ids('{"ok": true, "fileId": "f_3", "message": {"id": "qa_1"}}')
+        '{"fileId":"<id>","message":{"id":"<id>"},"ok":true}'
+        >>> mask_named_ids('{"jobId": "j1", "done": 4}', asked={"j1"})
+        '{"done":4,"jobId":"j1"}'
+        >>> mask_named_ids('{"items": [{"id": 1}, {"id": 2}]}')
+        '{"items":[{"id":1},{"id":2}]}'
+    """
+    if len(text) > _JSON_LIMIT or text.lstrip()[:1] != "{":
+        return text
+    try:
+        document = json.loads(text)
+        return json.dumps(_named_ids(document, asked, 0), sort_keys=True, separators=(",", ":"))
+    except (ValueError, RecursionError, _TooDeep):
+        return text
+
+
+def _named_ids(value: object, asked: Collection[str], depth: int) -> object:
+    if depth > _DEPTH_LIMIT:
+        raise _TooDeep
+    if not isinstance(value, dict):
+        return value
+    masked: dict[str, object] = {}
+    for key, item in value.items():
+        words = _WORDS.findall(key)
+        if (
+            isinstance(item, str | int)
+            and not isinstance(item, bool)
+            and words
+            and words[-1].lower() in _ID_WORDS
+            and str(item) not in asked
+        ):
+            masked[key] = "<id>"
+        else:
+            masked[key] = _named_ids(item, asked, depth + 1)
+    return masked
 
 
 def normalize_fresh(text: str) -> str:
