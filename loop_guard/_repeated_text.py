@@ -24,9 +24,13 @@ without a letter, or inside a code block. Exact repetitions are runaways sooner:
 - a *chant*, a unit of `_CHANT_UNIT` characters or more with a letter, `_CHANT_COPIES`
   times or more, outside a code block (or a whole line of code, in a block of a
   programming language): half of `min_chars`;
-- *symbols*, a unit with neither letter nor digit (emoji, dashes, blank lines, an ASCII
-  art line) `_SYMBOL_COPIES` times or more: `min_chars`. A frame's sides come fewer times,
-  and digits are numbers: they keep the room of data;
+- *symbols*, a unit with neither letter nor digit (emoji, an ASCII art line)
+  `_SYMBOL_COPIES` times or more: `min_chars`. A frame's sides come fewer times, and
+  digits are numbers: they keep the room of data. So does *formatting*, whitespace alone,
+  or a unit within one line of spaces, rule characters (`-`, `=`, `*`, `_`, `+`, `~`,
+  `#`, `.`, `:`, `|`) and box drawing (`─`, `━`): a horizontal rule or padding is the
+  layout of an answer, not a model repeating itself, and a 1,000-character divider is
+  left whole (empty bullets, one per line, are not layout);
 - a *run-on*, a unit of words, numbers and spaces only that is not one value between
   spaces ("0123456789012" or "1 2 3 4 5 6 7 " over and over), in a code block too:
   `min_chars`. Its copies run together in one line with nothing between them, where data
@@ -61,6 +65,9 @@ _SYMBOL_COPIES = 64  # copies of a unit of symbols that make a runaway, at least
 _COUNTED_FACTOR = 2  # how much more text a sentence whose counter alone changes must cover
 _LETTER = re.compile(r"[^\W\d_]")  # a letter, in any script
 _DIGIT = re.compile(r"\d")
+# Layout: a rule or padding within one line (spaces, the characters of rules and tables,
+# box drawing, block elements), or whitespace alone.
+_FORMATTING = re.compile(r"[ \t\-=*_+~#.:|\u2500-\u259f]+|\s+")
 _WORDS = re.compile(r"[^\W\d_]+")
 _PLAIN = re.compile(r"[\w \t]+")  # words, numbers and spaces: no punctuation, no line break
 _NUMBER = re.compile(r"[0-9]+")
@@ -390,6 +397,8 @@ def _needed(text: str, period: int, covered: int, min_chars: int, fences: int) -
     start = len(text) - covered
     data = min_chars if _runs_on(unit) else _SYMBOLS_FACTOR * min_chars
     if not _LETTER.search(unit):
+        if _FORMATTING.fullmatch(unit):
+            return _SYMBOLS_FACTOR * min_chars
         many_symbols = copies >= _SYMBOL_COPIES and not _DIGIT.search(unit)
         return min_chars if many_symbols else data
     fenced = _fenced(text, start, fences)

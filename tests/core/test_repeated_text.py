@@ -12,7 +12,7 @@ from loop_guard._messages import REPLY
 from loop_guard._repeated_text import TextWatch, find_repetition
 from loop_guard._state import RequestState
 from loop_guard.testing import capture_events
-from tests.support.texts import LOOPS, NOT_LOOPS, Text
+from tests.support.texts import DIVIDERS, LOOPS, NOT_LOOPS, Text
 
 
 @pytest.mark.parametrize("text", LOOPS, ids=lambda text: text.name)
@@ -89,14 +89,28 @@ def test_symbols_need_a_loop_of_min_chars_and_many_copies() -> None:
     """Symbols alone, the same unit many times: `min_chars`. Fewer copies of a long line
     (a frame's sides) and digits between separators (numbers, matrices) need four times as
     much."""
-    assert find_repetition("=" * 900) is None
-    assert find_repetition("=" * 1100) is not None
+    assert find_repetition("🎉" * 900) is None
+    assert find_repetition("🎉" * 1100) is not None
     side = "|" + " " * 58 + "|\n"  # 60 characters
     assert find_repetition(side * 60) is None  # 3,600 characters, 60 copies
     assert find_repetition(side * 66) is not None
     assert find_repetition("0, " * 1150) is None
     assert find_repetition("0, " * 1400) is not None
     assert find_repetition("ab " * 1200) is not None
+
+
+@pytest.mark.parametrize("rule", DIVIDERS)
+def test_a_divider_streamed_in_chunks_is_layout_and_a_runaway_rule_is_still_cut(rule: str) -> None:
+    """1,000 characters of a rule, streamed 50 at a time, are left whole; the same rule
+    running on is cut within four times `min_chars`, as data is."""
+    watch = TextWatch()
+    divider = rule * 1000
+    assert all(watch.feed(divider[at : at + 50]) is None for at in range(0, len(divider), 50))
+    assert watch.finish() is None
+    runaway = TextWatch()
+    fed = next((at for at in range(0, 20_000, 50) if runaway.feed(rule * 50) is not None), None)
+    assert fed is not None
+    assert fed <= 4 * 1000 + 200
 
 
 def test_a_unit_running_on_in_one_line_is_cut_at_min_chars_in_a_code_block_too() -> None:

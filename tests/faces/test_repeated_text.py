@@ -47,7 +47,7 @@ from loop_guard.testing import (
     tool_calls_message,
 )
 from tests.support.agents import MODES, Mode, assert_valid_history, needs_async_context
-from tests.support.texts import LOOPS, NOT_LOOPS, Text
+from tests.support.texts import DIVIDERS, LOOPS, NOT_LOOPS, Text
 
 PREFIX = "The build log shows one failing test, test_parse_dates. "
 CHANT = "Let me check the log file again to be sure. "
@@ -418,6 +418,17 @@ def test_the_scan_reports_a_recorded_chanting_reply() -> None:
     assert found == [(1, "steer", "repeated_text"), (1, "steer", "repeated_text")]
     assert report.cost.model_calls == 2
     assert scan_conversation(LoopGuardConfig.pi(), Conversation("r", messages)).findings == []
+
+
+def test_the_scan_leaves_recorded_dividers_alone_and_cuts_an_emoji_runaway() -> None:
+    """Replies of a 1,000-character rule each (layout) give no finding; a reply of 1,100
+    party emoji is still a runaway."""
+    rules = [AIMessage(rule * 1000) for rule in DIVIDERS]
+    messages = [HumanMessage("Draw the report", id="u1"), *rules]
+    assert scan_conversation(LoopGuardConfig(), Conversation("rules", messages)).findings == []
+    runaway = [HumanMessage("Celebrate", id="u1"), AIMessage("🎉" * 1100)]
+    [found] = scan_conversation(LoopGuardConfig(), Conversation("emoji", runaway)).findings
+    assert found.event.reason == "repeated_text"
 
 
 def _tool_answer(call_id: str) -> ToolMessage:

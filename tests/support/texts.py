@@ -656,7 +656,12 @@ _INDEX_TABLE = "| Seat | State | Note |\n|---|---|---|\n" + "".join(
     f"| {n} | free | Nobody has booked this seat yet. |\n" for n in range(1, 81)
 )
 
+# Horizontal rules of 1,000 characters (Qwen Code's repeated-text cases): layout, not a
+# model repeating itself.
+DIVIDERS = ("-", "=", "*", "_", "+", "─", "━")
+
 NOT_LOOPS: tuple[Text, ...] = (
+    *(_ok(f"divider_{ord(rule):x}", rule * 1000) for rule in DIVIDERS),
     _ok("results_table", _TABLE),
     _ok("shared_prefix_list", _SHARED_PREFIX),
     _ok("closing_braces", _java_class()),
