@@ -150,7 +150,9 @@ def interleaved(
         return None
     if not state.turns and state.recent.count(step) < warn:  # the common case: no window
         return None
-    recent = window(state, config.repeat_window)
+    # A change made again and answered alike changed nothing: the changes made since its
+    # first run make no new question of it (they do of a check).
+    recent = window(state, config.repeat_window, whole=step in state.changes)
     count = recent.count(step)
     # Earlier turns count only when this one brings nothing new: the user's message
     # again, the call already recurring in this turn, or the same failure retried (a
@@ -318,10 +320,11 @@ def cycle_thresholds(config: LoopGuardConfig, steps: tuple[Step, ...]) -> Thresh
     return Thresholds(max(t.warn for t in thresholds), max(t.block for t in thresholds))
 
 
-def window(state: RequestState, size: int) -> tuple[Step, ...]:
-    """The last `size` steps counted in this request since its last new change."""
+def window(state: RequestState, size: int, *, whole: bool = False) -> tuple[Step, ...]:
+    """The last `size` steps counted in this request since its last new change (or, with
+    `whole`, whatever changes came between)."""
     limit = size if size < state.counted else state.counted  # not `min`: on every step
-    if 0 <= state.since_change < limit:
+    if not whole and 0 <= state.since_change < limit:
         limit = state.since_change
     return state.recent[len(state.recent) - limit :] if limit else ()
 

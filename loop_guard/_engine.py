@@ -641,10 +641,13 @@ class Engine:
         if found:
             state.since_change, state.turns = 0, ()
             if state.steered:
+                # A change made again and answered alike changed nothing: it stays steered,
+                # as a missing or broken tool does.
                 state.steered = tuple(
                     entry
                     for entry in state.steered
                     if entry.step.args in (SAME_ERROR_ARGS, UNKNOWN_ARGS)
+                    or entry.step in state.changes
                 )
         return found
 
