@@ -240,6 +240,13 @@ class LoopGuardConfig:
     repeated_text_chars: int = DEFAULT_MIN_CHARS
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict, hash=False)
 
+    def __new__(cls, *args: Any, **options: Any) -> LoopGuardConfig:
+        """Refuse an unknown option by name, with the one it is closest to, as the faces
+        do (`unknown loop guard option: warn_treshold (did you mean warn_threshold?)`)."""
+        if options.keys() - _FIELD_NAMES:
+            _check_names(options)
+        return object.__new__(cls)
+
     def __post_init__(self) -> None:
         for name in _BOOLEANS:
             if not isinstance(getattr(self, name), bool):
@@ -642,23 +649,31 @@ def _say(text: str) -> None:
     logger.warning(text)
 
 
+# `LOOP_GUARD_*` variables that are no setting but that the package's own tools read: the
+# command line's traceback, the example server's model, the test suite's servers and files.
+_TOOL_VARIABLES = frozenset(
+    ("DEBUG", "EXAMPLE_MODEL", "TEST_POSTGRES_URL", "ARTIFACTS", "PG_NO_INSTALL")
+)
+
+
 def _warn_misspelt(environ: Mapping[str, str], names: Iterable[str]) -> None:
-    """Say so when a `LOOP_GUARD_*` variable is not a setting but close to one
-    (`LOOP_GUARD_WARN_TRESHOLD`): it would otherwise be ignored without a word. Variables
-    like no setting at all (a project's own `LOOP_GUARD_...`) are left alone."""
+    """Say so when a `LOOP_GUARD_*` variable is not a setting (`LOOP_GUARD_WARN=abc`,
+    `LOOP_GUARD_WARN_TRESHOLD`): it would otherwise be ignored without a word. The setting
+    it is closest to is named: one it is a misspelling of, else one it begins
+    (`LOOP_GUARD_BLOCK` for `LOOP_GUARD_BLOCK_THRESHOLD`)."""
     settings = [name.upper() for name in names]
     for variable in environ:
         if not variable.startswith(ENV_PREFIX):
             continue
         given = variable[len(ENV_PREFIX) :]
-        if given in settings:
+        if given in settings or given in _TOOL_VARIABLES:
             continue
-        close = difflib.get_close_matches(given, settings, n=1)
-        if close:
-            _say(
-                f"{variable} is not a loop guard setting and is ignored; "
-                f"did you mean {ENV_PREFIX}{close[0]}?"
-            )
+        close = (
+            difflib.get_close_matches(given, settings, n=1)
+            or [setting for setting in settings if given and setting.startswith(given)][:1]
+        )
+        hint = f"did you mean {ENV_PREFIX}{close[0]}?" if close else "no setting is named so"
+        _say(f"{variable} is not a loop guard setting and is ignored; {hint}")
 
 
 def _parse_bool(raw: str) -> bool:
@@ -833,6 +848,9 @@ def _shown(value: object) -> str:
     if isinstance(value, frozenset):
         return repr(sorted(value))
     return repr(value)
+
+
+_FIELD_NAMES = frozenset(field.name for field in dataclasses.fields(LoopGuardConfig))
 
 
 def _check_names(overrides: Mapping[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -467,11 +468,16 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         answer = interrupt(question)
         decision = decision_of(answer)
         if decision is None:
-            logger.warning(
-                "loop guard: %r answers none of the choices (allow, raise, stop, answer); "
-                "the request stops",
-                answer,
+            # Said where a developer sees it with no logging set up: a typo must not look
+            # like a person's decision to stop.
+            text = (
+                f"loop guard: the answer {answer!r} is none of the accepted ones, so the "
+                "request stops. Accepted: a HumanInTheLoopMiddleware response "
+                '({"decisions": [{"type": "approve" | "edit" | "respond" | "reject"}]}), '
+                'one such decision, or "allow", "raise", "stop" or "answer"'
             )
+            warnings.warn(text, UserWarning, stacklevel=2)
+            logger.warning(text)
             decision = PersonDecision("stop")
         if decision.choice in ("allow", "raise"):
             session.resume(call, afresh=decision.choice == "raise")

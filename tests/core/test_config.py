@@ -258,6 +258,8 @@ def test_a_misspelt_option_names_the_option_meant() -> None:
         LoopGuardMiddleware(warn_treshold=2)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match=re.escape(meant)):
         LoopGuardConfig.pi(warn_treshold=2)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match=re.escape(meant)):
+        LoopGuardConfig(warn_treshold=2)  # type: ignore[call-arg]
     both = "unknown loop guard options: abort_treshold (did you mean abort_threshold?), colour"
     with pytest.raises(ValueError, match=re.escape(both)):
         LoopGuard(colour="red", abort_treshold=2)  # type: ignore[call-arg]

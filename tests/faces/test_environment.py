@@ -106,6 +106,23 @@ print(result["messages"][-1].content.splitlines()[0])
             "LOOP_GUARD_BLOCK_THRESHOLD='2': warn_threshold (3) must be less than "
             "block_threshold (2); using block_threshold=5",
         ),
+        (  # a short name, the setting it begins named
+            "LOOP_GUARD_WARN",
+            "abc",
+            "LOOP_GUARD_WARN is not a loop guard setting and is ignored; "
+            "did you mean LOOP_GUARD_WARN_THRESHOLD?",
+        ),
+        (
+            "LOOP_GUARD_BLOCK",
+            "2",
+            "LOOP_GUARD_BLOCK is not a loop guard setting and is ignored; "
+            "did you mean LOOP_GUARD_BLOCK_THRESHOLD?",
+        ),
+        (
+            "LOOP_GUARD_COLOUR",
+            "red",
+            "LOOP_GUARD_COLOUR is not a loop guard setting and is ignored; no setting is named so",
+        ),
     ],
 )
 def test_a_plain_script_shows_the_warning_on_stderr(
@@ -124,3 +141,51 @@ def test_a_plain_script_shows_the_warning_on_stderr(
     assert done.stdout.startswith("Stopped by loop_guard")
     assert done.stderr.count("LoopGuardConfigWarning") == 1
     assert f"agent.py:16: LoopGuardConfigWarning: {said}" in done.stderr
+
+
+ASK_SCRIPT = """
+import sys
+
+from langchain.agents import create_agent
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from loop_guard import LoopGuardMiddleware
+from loop_guard.testing import ScriptedChatModel, stubborn
+
+
+@tool
+def read_file(path: str) -> str:
+    \"\"\"Read a text file.\"\"\"
+    return f"File not found: {path}"
+
+
+model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
+agent = create_agent(
+    model, [read_file], middleware=[LoopGuardMiddleware(exit_behavior="ask")],
+    checkpointer=InMemorySaver(),
+)
+config = {"configurable": {"thread_id": "t"}}
+assert "__interrupt__" in agent.invoke({"messages": [("user", "Summarise notes.md")]}, config)
+result = agent.invoke(Command(resume=eval(sys.argv[1])), config)
+print(result["messages"][-1].content.splitlines()[0])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("answer", ['"approv"', '{"type": "maybe"}'])
+def test_a_mistyped_answer_to_ask_is_said_on_stderr(answer: str, tmp_path: Path) -> None:
+    """A person's answer that is none of the accepted ones stops the request, as it did;
+    a plain script that set up no logging now sees why, on stderr, with what is accepted."""
+    script = tmp_path / "ask.py"
+    script.write_text(ASK_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOP_GUARD_", "PYTHONWARN"))}
+    done = subprocess.run(
+        [sys.executable, str(script), answer], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Stopped by loop_guard")
+    said = f"UserWarning: loop guard: the answer {eval(answer)!r} is none of the accepted ones"
+    assert said in done.stderr
+    assert '"allow", "raise", "stop" or "answer"' in done.stderr

@@ -194,10 +194,14 @@ def test_every_page_renders_in_a_browser(site: Path, served: str, tmp_path: Path
 @pytest.mark.parametrize(
     "page", [page for page in PAGES if snippets(page)], ids=lambda page: page.name
 )
-def test_every_snippet_of_a_page_runs(page: Path) -> None:
+def test_every_snippet_of_a_page_runs(
+    page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A page's `python` snippets, in order, in one namespace holding what a user has (a
     model, tools and the like), or nothing for a page whose snippets stand alone: each page is
-    read on its own, so it imports what it uses."""
+    read on its own, so it imports what it uses. They run in a folder of their own, as a
+    user's project (a snippet may write a database there)."""
+    monkeypatch.chdir(tmp_path)
     namespace = {} if page.name in STANDALONE else user_namespace()
     assert run_snippets(page, namespace) or "deepagents" in page.read_text()
     if page.name == "graph.md":  # the hand-built graph stops its stubborn model

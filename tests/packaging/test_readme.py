@@ -9,7 +9,13 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from loop_guard import GUARD_NAME, Steer
 from tests.support import ROOT
@@ -65,3 +71,47 @@ def test_the_first_screen_shows_the_install_and_the_one_line() -> None:
     assert shown, "no snippet on the first screen"
     assert "middleware=[LoopGuardMiddleware()]" in shown[1]
     compile(shown[1], f"{README}, first screen", "exec")
+
+
+# Runs in the fresh environment: the README's `python` snippets, in order, in one namespace.
+RUN_SNIPPETS = """
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+namespace = {}
+for number, snippet in enumerate(re.findall(r"```python\\n(.*?)```", text, re.DOTALL)):
+    exec(compile(snippet, f"README.md, snippet {number + 1}", "exec"), namespace)
+print("ran", number + 1)
+"""
+
+
+@pytest.mark.slow
+def test_the_snippets_run_after_the_readmes_own_install_line(tmp_path: Path) -> None:
+    """A reader who runs the install line of "Use it" in a fresh environment can run every
+    snippet, in order: the line brings what they import (the deepagents extra included)."""
+    text = README.read_text()
+    use = text[text.index("## Use it") :]
+    line = re.search(r"```bash\n(pip install [^\n]+)\n```", use)
+    assert line is not None
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = shlex.split(line.group(1))
+    done = subprocess.run(
+        [str(python), "-m", *install, "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    script = tmp_path / "run_snippets.py"
+    script.write_text(RUN_SNIPPETS)
+    ran = subprocess.run(
+        [str(python), str(script), str(README)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.strip().splitlines()[-1] == f"ran {len(snippets(README))}"
