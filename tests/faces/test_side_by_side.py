@@ -75,19 +75,27 @@ def test_two_loops_side_by_side_are_each_blocked_from_their_5th_run(face: str, m
     assert_valid_history(messages)
 
 
-def test_pi_mode_counts_only_the_last_call_of_a_batch() -> None:
-    """SPEC §4: `list_dir`, last in each reply, is blocked from its 5th run; `read_file`
-    beside it is never blocked."""
-    runs = ToolRuns()
-    events: list[GuardEvent] = []
+def stubborn_agent(**options: Any) -> tuple[Any, ToolRuns, list[GuardEvent]]:
+    """`create_agent` asking for both calls in every reply, with `LoopGuardMiddleware(**options)`,
+    checkpointed; its tools' runs and the guard's events."""
     from langchain.agents import create_agent
 
+    runs = ToolRuns()
+    events: list[GuardEvent] = []
     agent = create_agent(
         ScriptedChatModel(script=stubborn(*BOTH)),
         side_tools(runs),
-        middleware=[LoopGuardMiddleware(LoopGuardConfig.pi(), on_event=events.append)],
+        middleware=[LoopGuardMiddleware(on_event=events.append, **options)],
+        checkpointer=InMemorySaver(),
     )
-    agent.invoke(ask(), {"recursion_limit": 100})
+    return agent, runs, events
+
+
+def test_pi_mode_counts_only_the_last_call_of_a_batch() -> None:
+    """SPEC §4: `list_dir`, last in each reply, is blocked from its 5th run; `read_file`
+    beside it is never blocked."""
+    agent, runs, events = stubborn_agent(config=LoopGuardConfig.pi())
+    agent.invoke(ask(), {"configurable": {"thread_id": "t"}, "recursion_limit": 100})
     assert runs.counts["list_dir"] == 4
     assert runs.counts["read_file"] > 4
     assert {event.tool for event in events if event.kind == "block"} == {"list_dir"}
@@ -120,16 +128,7 @@ def test_the_scan_finds_each_loop_side_by_side() -> None:
 def test_with_exit_behavior_ask_the_two_loops_pause_for_a_person_at_the_same_point() -> None:
     """`exit_behavior="ask"`: the same runs and blocks, and the stop pauses the run for a
     person instead of ending it."""
-    from langchain.agents import create_agent
-
-    runs = ToolRuns()
-    events: list[GuardEvent] = []
-    agent = create_agent(
-        ScriptedChatModel(script=stubborn(*BOTH)),
-        side_tools(runs),
-        middleware=[LoopGuardMiddleware(exit_behavior="ask", on_event=events.append)],
-        checkpointer=InMemorySaver(),
-    )
+    agent, runs, events = stubborn_agent(exit_behavior="ask")
     state = agent.invoke(ask(), {"configurable": {"thread_id": "t"}, "recursion_limit": 100})
     assert "__interrupt__" in state
     assert dict(runs.counts) == {"read_file": 4, "list_dir": 4}
