@@ -6,7 +6,7 @@ import json
 import logging
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from langchain.agents.middleware.types import (
@@ -345,17 +345,21 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             decided = self._ask(request, *asked)
             if isinstance(decided, ToolMessage):  # answered in the tool's place, or stopped
                 return decided if asked[0].stop is not None else with_snapshot(decided, asked[0])
-            return with_snapshot(_edited(_ran(handler, decided), request, decided), asked[0])
+            return with_snapshot(
+                _edited(_ran(self.guard, handler, decided), request, decided), asked[0]
+            )
         answer = self._blocked_answer(request)
         if answer is not None:
             return answer
         shared = self._sharing(request)
         if shared is None:
-            return _ran(handler, request)
+            return _ran(self.guard, handler, request)
         conversation, call, siblings = shared
         return cast(
             "ToolMessage | Command[Any]",
-            shared_run(self.guard, conversation, call, siblings, lambda: _ran(handler, request)),
+            shared_run(
+                self.guard, conversation, call, siblings, lambda: _ran(self.guard, handler, request)
+            ),
         )
 
     @override
@@ -370,18 +374,24 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             decided = self._ask(request, *asked)
             if isinstance(decided, ToolMessage):  # answered in the tool's place, or stopped
                 return decided if asked[0].stop is not None else with_snapshot(decided, asked[0])
-            return with_snapshot(_edited(await _aran(handler, decided), request, decided), asked[0])
+            return with_snapshot(
+                _edited(await _aran(self.guard, handler, decided), request, decided), asked[0]
+            )
         answer = self._blocked_answer(request)
         if answer is not None:
             return answer
         shared = self._sharing(request)
         if shared is None:
-            return await _aran(handler, request)
+            return await _aran(self.guard, handler, request)
         conversation, call, siblings = shared
         return cast(
             "ToolMessage | Command[Any]",
             await ashared_run(
-                self.guard, conversation, call, siblings, lambda: _aran(handler, request)
+                self.guard,
+                conversation,
+                call,
+                siblings,
+                lambda: _aran(self.guard, handler, request),
             ),
         )
 
@@ -544,24 +554,32 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
 
 
 def _ran(
-    handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]], request: ToolCallRequest
+    guard: LoopGuard,
+    handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    request: ToolCallRequest,
 ) -> ToolMessage | Command[Any]:
     """The tool's output, a handoff's answer naming where it went (`as_handoff`)."""
-    output = handler(request)
-    return cast("ToolMessage | Command[Any]", as_handoff(output, _tool_metadata(request)))
+    return _marked_handoff(guard, handler(request), request)
 
 
 async def _aran(
+    guard: LoopGuard,
     handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     request: ToolCallRequest,
 ) -> ToolMessage | Command[Any]:
     """Async twin of `_ran`."""
-    output = await handler(request)
-    return cast("ToolMessage | Command[Any]", as_handoff(output, _tool_metadata(request)))
+    return _marked_handoff(guard, await handler(request), request)
 
 
-def _tool_metadata(request: ToolCallRequest) -> Mapping[str, Any] | None:
-    return None if request.tool is None else request.tool.metadata
+def _marked_handoff(
+    guard: LoopGuard, output: ToolMessage | Command[Any], request: ToolCallRequest
+) -> ToolMessage | Command[Any]:
+    try:
+        metadata = None if request.tool is None else request.tool.metadata
+        return cast("ToolMessage | Command[Any]", as_handoff(output, metadata))
+    except Exception as error:  # a fault of the guard: the tool's output goes through
+        guard.report_fault(None, error)
+        return output
 
 
 def _judge_model(judge: object) -> BaseChatModel | None:

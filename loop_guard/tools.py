@@ -274,11 +274,11 @@ class GuardedTool(BaseTool):
             raise
 
     def _after(self, decision: _Decision, output: Any) -> Any:
-        output = as_handoff(output, self.inner.metadata)
         session, call = decision.session, decision.call
         if session is None or call is None:
             return output
         try:
+            output = as_handoff(output, self.inner.metadata)
             normalizers = self.guard.config.normalizers(call.tool)
             result = None
             # Recorded already by the handler; a handoff's, from the history (`hands_over`).
