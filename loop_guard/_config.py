@@ -652,7 +652,15 @@ def _say(text: str) -> None:
 # `LOOP_GUARD_*` variables that are no setting but that the package's own tools read: the
 # command line's traceback, the example server's model, the test suite's servers and files.
 _TOOL_VARIABLES = frozenset(
-    ("DEBUG", "EXAMPLE_MODEL", "TEST_POSTGRES_URL", "ARTIFACTS", "PG_NO_INSTALL")
+    (
+        "DEBUG",
+        "EXAMPLE_MODEL",
+        "TEST_POSTGRES_URL",
+        "ARTIFACTS",
+        "PG_PORT",
+        "PG_DATA",
+        "PG_NO_INSTALL",
+    )
 )
 
 

@@ -126,22 +126,35 @@ def test_a_loop_between_agents_resumed_by_a_fresh_process_on_postgres(
 CHATS = ["chat-middleware", "chat-handler", "chat-node"]
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("shape", CHATS)
-def test_a_conversation_between_agents_resumed_by_a_fresh_process_runs_to_its_answer(
-    tmp_path: Path, shape: str, mode: str
-) -> None:
+def talked_to_the_end(whole_run: Place, moved_runs: Sequence[Place], shape: str, mode: str) -> None:
     """The guessing game (`tests.support.talk`), paused before each of bob's turns: moved
     to a fresh process after 2 and after 4 of his turns, it runs to the same answer as one
     uninterrupted run, and neither process publishes any event (SPEC §9: new words are
     progress, read from the history alike in every process)."""
-    whole = run_process((str(tmp_path / "whole.sqlite"), "t"), shape, mode, 1000)
+    whole = run_process(whole_run, shape, mode, 1000)
     assert whole.timeline[-1] == "ai[alice]:The number is 37."
     assert whole.events == []
-    for resumes in (2, 4):
-        place = (str(tmp_path / f"moved-{resumes}.sqlite"), "t")
+    for resumes, place in zip((2, 4), moved_runs, strict=True):
         first = run_process(place, shape, mode, resumes)
         second = run_process(place, shape, mode, 1000)
         assert len(first.timeline) < len(whole.timeline)
         assert second.timeline == whole.timeline
         assert first.events + second.events == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", CHATS)
+def test_a_conversation_between_agents_resumed_by_a_fresh_process_on_sqlite(
+    tmp_path: Path, shape: str, mode: str
+) -> None:
+    moved = [(str(tmp_path / f"moved-{n}.sqlite"), "t") for n in range(2)]
+    talked_to_the_end((str(tmp_path / "whole.sqlite"), "t"), moved, shape, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", CHATS)
+def test_a_conversation_between_agents_resumed_by_a_fresh_process_on_postgres(
+    postgres_url: str, new_thread: Any, shape: str, mode: str
+) -> None:
+    moved = [(postgres_url, new_thread()) for _ in range(2)]
+    talked_to_the_end((postgres_url, new_thread()), moved, shape, mode)

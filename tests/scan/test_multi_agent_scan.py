@@ -248,3 +248,19 @@ def test_the_reports_page_shows_each_calls_agent_in_a_browser(
     taken = chromium(tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2400",
                      page.as_uri())  # fmt: skip
     assert taken.returncode == 0, taken.stderr[-2000:]
+
+
+def test_the_report_counts_only_the_bounced_words_as_a_loop_between_agents(
+    tmp_path: Path,
+) -> None:
+    """A guessing game, review rounds and the same words bounced, recorded unguarded in one
+    database: the fleet report finds one thread that looped, between alice and bob."""
+    database = tmp_path / "chats.sqlite"
+    record_swarm(database, "guessing", *speakers(guessing(), NUMBER))
+    record_swarm(database, "review", *speakers(review(), DONE))
+    record_swarm(database, "bounce", *speakers(bounce(), NUMBER))
+    status, out, _ = run_cli("report", str(database), "--json", "-", "--jobs", "1")
+    assert status == 0
+    numbers = json.loads(out)
+    assert (numbers["threads"], numbers["between_agents"]) == (3, 1)
+    assert [entry["thread"] for entry in numbers["worst"]] == ["chats.sqlite:bounce"]
