@@ -70,7 +70,11 @@ def session_of(guard: LoopGuard, state: Mapping[str, Any], runtime: object) -> S
     )
     if session.migrated:
         messages = messages_of(state)
-        session.catch_up(lambda held: _from_history(guard, held, messages))
+        if guard.config.enabled:
+            try:
+                session.catch_up(lambda held: _from_history(guard, held, messages))
+            except Exception as error:  # a fault of the guard: the snapshot as migrated stands
+                guard.report_fault(session.conversation, error)
         reply, _ = last_batch(messages)
         if reply is not None and reply.tool_calls and not session.checked(keys_of(reply)):
             session.check_batch(calls_of(reply), tokens_of(reply))

@@ -241,7 +241,7 @@ class LoopGuardConfig:
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict, hash=False)
 
     def __new__(cls, *args: Any, **options: Any) -> LoopGuardConfig:
-        """Refuse an unknown option by name, with the one it is closest to, as the faces
+        """Reject an unknown option by name, with the one it is closest to, as the faces
         do (`unknown loop guard option: warn_treshold (did you mean warn_threshold?)`)."""
         if options.keys() - _FIELD_NAMES:
             _check_names(options)

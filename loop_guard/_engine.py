@@ -757,7 +757,7 @@ class Engine:
                 or (bool(state.steered) and any(entry.step == step for entry in state.steered))
             )
         if (siblings or state.beside) and self._follows_beside:
-            counted = self._step_of(state, ran[-1]) if counts_step else None
+            counted = step if counts_step else None
             reached = self._follow_beside(state, entries, siblings, counted, changed)
             steer = side_by_side(config, state, reached, steer)
         if broken:
@@ -979,6 +979,7 @@ def _results_held(state: RequestState, call: Call) -> set[str]:
         state.recent,
         [entry.step for entry in state.steered],
         state.changes,
+        [step for step, _ in state.beside],
         *state.turns,
     ):
         held.update(step.result for step in steps if step.args == args and step.tool == tool)
@@ -1003,6 +1004,10 @@ def _remask(state: RequestState, call: Call, exact: str, answer: Answer) -> None
         state.last, state.variant = after, answer.variant
     state.recent = remasked(state.recent)
     state.changes = remasked(state.changes)
+    if state.beside:
+        state.beside = tuple(
+            (after if step == before else step, batches) for step, batches in state.beside
+        )
     state.turns = tuple(map(remasked, state.turns))
     state.steered = tuple(
         entry._replace(step=after) if entry.step == before else entry for entry in state.steered

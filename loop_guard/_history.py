@@ -222,6 +222,7 @@ def replay(
     before: RequestState | None = None,
     tools: Collection[str] | None = None,
     earlier: Earlier | None = None,
+    unmarked_handoffs: bool = False,
 ) -> RequestState:
     """Rebuild a request's state from its messages, as if the guard had watched it live.
 
@@ -231,10 +232,19 @@ def replay(
     once the model was called after it or it was written into a tool result. `before`
     is the conversation's state before this request: what its turns counted carries over.
     `tools` are the names of the tools that exist, when known (see `result_of`);
-    `earlier`, where earlier runs of a call are found (see `catch_up`).
+    `earlier`, where earlier runs of a call are found, and `unmarked_handoffs`, whether
+    handoffs no guard marked are told by who spoke next (see `catch_up`).
     """
     state = engine.start_request(before, request_id, question_of(messages))
-    return catch_up(engine, state, messages, observe, tools=tools, earlier=earlier)
+    return catch_up(
+        engine,
+        state,
+        messages,
+        observe,
+        tools=tools,
+        earlier=earlier,
+        unmarked_handoffs=unmarked_handoffs,
+    )
 
 
 def catch_up(
@@ -245,14 +255,23 @@ def catch_up(
     *,
     tools: Collection[str] | None = None,
     earlier: Earlier | None = None,
+    history: Sequence[BaseMessage] | None = None,
+    offset: int = 0,
+    unmarked_handoffs: bool = False,
 ) -> RequestState:
     """`state` after the batches of `messages`, as if the guard had watched them live.
 
     Batches the state holds already change nothing (every transition is idempotent),
     so a state may catch up on a history that overlaps what it saw. `earlier` finds
     what earlier runs of a call returned (`Engine.record_result`): by default, in
-    `messages`; a caller holding more of the history passes it.
+    `messages`; a caller holding more of the history passes it. `messages` may be the
+    part of `history` from `offset` on: a handoff's words are read back into what came
+    before (`said_since_handed`), as a live face reads them. With `unmarked_handoffs`
+    (the offline scan of histories no guard watched), a named agent's last call before
+    another agent's reply is a handoff (`handed_over`).
     """
+    if history is None:
+        history, offset = messages, 0
     if earlier is None:
         earlier = earlier_runs(messages, engine.config.normalizers)
     responses = [
@@ -278,10 +297,12 @@ def catch_up(
             state, verdict, checked = engine.check_call(state, call)
             decisions = (*decisions, *checked)
             if isinstance(verdict, Proceed) and not is_marked(answer, BLOCK_MARK):
-                handed = handed_over(messages, index, answer, last=position == last)
+                handed = handed_over(
+                    messages, index, answer, last=position == last, guess=unmarked_handoffs
+                )
                 result = result_of(
                     answer, engine.config.normalizers(call.tool), tools, args=call.args
-                ).carrying(news_of(messages, index, reports, handed=handed))
+                ).carrying(news_of(history, offset + index, reports, handed=handed))
                 state, recorded = engine.record_result(state, call, result, earlier)
                 decisions = (*decisions, *recorded)
             if observe is not None and decisions:
@@ -407,13 +428,18 @@ def words_of(text: str) -> str:
 
 
 def handed_over(
-    messages: Sequence[BaseMessage], index: int, answer: ToolMessage, *, last: bool
+    messages: Sequence[BaseMessage],
+    index: int,
+    answer: ToolMessage,
+    *,
+    last: bool,
+    guess: bool = True,
 ) -> bool:
     """Whether a call of the response `messages[index]`, answered by `answer`, handed
     the task to another agent: its answer names where to (`HANDOFF_KEY`, which the
-    guard's tool hooks write on every handoff they run); or, in a history no guard
-    recorded (the answer holds no `STATE_KEY`), it is the named agent's last call and
-    the next reply in the history is another agent's.
+    guard's tool hooks write on every handoff they run); or, with `guess`, in a history
+    no guard recorded (the offline scan; the answer holds no `STATE_KEY`), it is the
+    named agent's last call and the next reply in the history is another agent's.
 
     Examples:
         >>> from langchain_core.messages import AIMessage, ToolMessage
@@ -429,7 +455,7 @@ def handed_over(
     if HANDOFF_KEY in metadata:
         return True
     agent = messages[index].name
-    if not last or agent is None or STATE_KEY in metadata:
+    if not guess or not last or agent is None or STATE_KEY in metadata:
         return False
     for reply in messages[index + 1 :]:
         if isinstance(reply, AIMessage):
@@ -501,7 +527,16 @@ def up_to_date(
                 )
             since = messages[index + 1 : end]
             return (
-                catch_up(engine, state, since, observe, tools=tools, earlier=earlier)
+                catch_up(
+                    engine,
+                    state,
+                    since,
+                    observe,
+                    tools=tools,
+                    earlier=earlier,
+                    history=messages,
+                    offset=index + 1,
+                )
                 if _news(state, since)
                 else None
             )
@@ -517,7 +552,16 @@ def up_to_date(
         ):
             since = messages[index:end]
             return (
-                catch_up(engine, state, since, observe, tools=tools, earlier=earlier)
+                catch_up(
+                    engine,
+                    state,
+                    since,
+                    observe,
+                    tools=tools,
+                    earlier=earlier,
+                    history=messages,
+                    offset=index,
+                )
                 if _news(state, since[1:])
                 else None
             )
@@ -582,10 +626,19 @@ def rebuild(
     recorded = _newest_record(request, request_id)
     if earlier is None:
         earlier = earlier_runs(messages, engine.config.normalizers)
+    start = len(messages) - len(request)
     if recorded is not None:
         response, state = recorded
-        return catch_up(engine, state, request[response:], observe, tools=tools, earlier=earlier)
-    start = len(messages) - len(request)
+        return catch_up(
+            engine,
+            state,
+            request[response:],
+            observe,
+            tools=tools,
+            earlier=earlier,
+            history=messages,
+            offset=start + response,
+        )
     before = _earlier_turns(engine, messages[:start], tools, earlier)
     return replay(engine, request_id, request, observe, before=before, tools=tools, earlier=earlier)
 
@@ -666,7 +719,15 @@ def _replay_tail(
             message = request[start]
             found += isinstance(message, AIMessage) and bool(message.tool_calls)
         state = engine.start_request(before, None, question_of(request))
-        state = catch_up(engine, state, request[start:], tools=tools, earlier=earlier)
+        state = catch_up(
+            engine,
+            state,
+            request[start:],
+            tools=tools,
+            earlier=earlier,
+            history=request,
+            offset=start,
+        )
         if start == 0 or state.counted >= engine.memory:
             return state
         wanted *= 2

@@ -445,20 +445,22 @@ def mask_named_ids(text: str, asked: Collection[str] = ()) -> str:
         >>> mask_named_ids('{"ok": true, "fileId": "f_3", "message": {"id": "qa_1"}}')
         '{"fileId":"<id>","message":{"id":"<id>"},"ok":true}'
         >>> mask_named_ids('{"jobId": "j1", "done": 4}', asked={"j1"})
-        '{"done":4,"jobId":"j1"}'
-        >>> mask_named_ids('{"items": [{"id": 1}, {"id": 2}]}')
-        '{"items":[{"id":1},{"id":2}]}'
+        '{"jobId": "j1", "done": 4}'
+        >>> mask_named_ids('{"items": [{"id": 1}, {"id": 2}]}')  # nothing masked: as it is
+        '{"items": [{"id": 1}, {"id": 2}]}'
     """
     if len(text) > _JSON_LIMIT or text.lstrip()[:1] != "{":
         return text
     try:
         document = json.loads(text)
-        return json.dumps(_named_ids(document, asked, 0), sort_keys=True, separators=(",", ":"))
+        walk = _Walk(0, made=False)  # its `masked` says whether an id was masked
+        found = _named_ids(document, asked, 0, walk)
     except (ValueError, RecursionError, _TooDeep):
         return text
+    return json.dumps(found, sort_keys=True, separators=(",", ":")) if walk.masked else text
 
 
-def _named_ids(value: object, asked: Collection[str], depth: int) -> object:
+def _named_ids(value: object, asked: Collection[str], depth: int, walk: _Walk) -> object:
     if depth > _DEPTH_LIMIT:
         raise _TooDeep
     if not isinstance(value, dict):
@@ -473,9 +475,9 @@ def _named_ids(value: object, asked: Collection[str], depth: int) -> object:
             and words[-1].lower() in _ID_WORDS
             and str(item) not in asked
         ):
-            masked[key] = "<id>"
+            masked[key] = walk.mask("<id>")
         else:
-            masked[key] = _named_ids(item, asked, depth + 1)
+            masked[key] = _named_ids(item, asked, depth + 1, walk)
     return masked
 
 

@@ -221,7 +221,9 @@ def scan_conversation(config: LoopGuardConfig, conversation: Conversation) -> Re
         stopped_by.clear()
         decided.clear()
         first = len(report.findings)
-        state = replay(engine, None, request, observe, before=state, earlier=earlier)
+        state = replay(
+            engine, None, request, observe, before=state, earlier=earlier, unmarked_handoffs=True
+        )
         if stopped_by:
             report.cost += _after_stop(request, stopped_by[0])
         agents = _loop_agents(request, decided, report.findings[first:])

@@ -172,10 +172,14 @@ def test_an_answer_that_is_no_choice_stops_with_a_warning(
 ) -> None:
     agent = Asking()
     agent.run(ask())
-    with caplog.at_level(logging.WARNING, logger="loop_guard"):
+    with (
+        caplog.at_level(logging.WARNING, logger="loop_guard"),
+        pytest.warns(UserWarning, match="is none of the accepted ones") as said,
+    ):
         done = agent.resume({"decisions": [{"type": "maybe"}]})
     assert done["messages"][-1].name == GUARD_NAME
-    assert "answers none of the choices" in caplog.text
+    assert "is none of the accepted ones" in caplog.text
+    assert '"allow", "raise", "stop" or "answer"' in str(said[0].message)
 
 
 def test_without_a_checkpointer_it_says_so_at_the_start() -> None:

@@ -133,3 +133,33 @@ def test_with_exit_behavior_ask_the_two_loops_pause_for_a_person_at_the_same_poi
     assert "__interrupt__" in state
     assert dict(runs.counts) == {"read_file": 4, "list_dir": 4}
     assert [event.kind for event in events].count("block") == 3
+
+
+def test_a_call_beside_another_answered_a_fresh_time_is_a_loop_of_its_own() -> None:
+    """A read made beside the listing in every reply, answered the same notes stamped with
+    a new time: masked with its earlier runs once it recurs (as a counted call is), it is a
+    loop of its own, blocked beside the listing."""
+    from langchain.agents import create_agent
+
+    counter = iter(range(100))
+
+    @tool
+    def read_notes(path: str) -> str:
+        """Read the notes."""
+        return f'{{"ok": true, "stamp": "10:00:{next(counter):02d}", "text": "notes"}}'
+
+    @tool
+    def list_dir(path: str) -> str:
+        """List a directory."""
+        return "README.md\nsrc/"
+
+    events: list[GuardEvent] = []
+    calls = (("read_notes", {"path": "notes.md"}), ("list_dir", {"path": "."}))
+    agent = create_agent(
+        ScriptedChatModel(script=stubborn(*calls)),
+        [read_notes, list_dir],
+        middleware=[LoopGuardMiddleware(on_event=events.append)],
+    )
+    agent.invoke(ask(), {"recursion_limit": 100})
+    assert "read_notes" in {event.tool for event in events if event.kind == "block"}
+    assert events[-1].kind == "stop"
