@@ -525,21 +525,7 @@ def up_to_date(
                 return rebuild(
                     engine, messages[:end], tools=tools, observe=observe, earlier=earlier
                 )
-            since = messages[index + 1 : end]
-            return (
-                catch_up(
-                    engine,
-                    state,
-                    since,
-                    observe,
-                    tools=tools,
-                    earlier=earlier,
-                    history=messages,
-                    offset=index + 1,
-                )
-                if _news(state, since)
-                else None
-            )
+            return _caught_up(engine, state, messages, index + 1, end, observe, tools, earlier)
         if message.id is None and is_user_message(message):
             # Not the thread's history, where every message has an id: a model call of
             # another kind on the thread (a middleware's summarizer, say).
@@ -550,26 +536,45 @@ def up_to_date(
             and message.tool_calls
             and engine.declared(state, first_key(message))
         ):
-            since = messages[index:end]
-            return (
-                catch_up(
-                    engine,
-                    state,
-                    since,
-                    observe,
-                    tools=tools,
-                    earlier=earlier,
-                    history=messages,
-                    offset=index,
-                )
-                if _news(state, since[1:])
-                else None
+            # From the newest response the state knows (its batch is news only in part).
+            return _caught_up(
+                engine, state, messages, index, end, observe, tools, earlier, known=True
             )
     # No request start in sight (a summary replaced it): what the state knows stands.
     return (
         None
         if state is not None
         else rebuild(engine, messages[:end], tools=tools, observe=observe, earlier=earlier)
+    )
+
+
+def _caught_up(
+    engine: Engine,
+    state: RequestState,
+    messages: Sequence[BaseMessage],
+    start: int,
+    end: int,
+    observe: Observer | None,
+    tools: Collection[str] | None,
+    earlier: Earlier,
+    *,
+    known: bool = False,
+) -> RequestState | None:
+    """`state` caught up on `messages[start:end]` when they hold news for it (`_news`;
+    read past `messages[start]` when it is a response the state knows, `known`); else
+    `None`. A handoff's words are read back from all of `messages` (`catch_up`'s
+    `history`)."""
+    if not _news(state, messages[start + 1 if known else start : end]):
+        return None
+    return catch_up(
+        engine,
+        state,
+        messages[start:end],
+        observe,
+        tools=tools,
+        earlier=earlier,
+        history=messages,
+        offset=start,
     )
 
 
