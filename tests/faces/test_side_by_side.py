@@ -47,9 +47,13 @@ def side_tools(runs: ToolRuns) -> list[BaseTool]:
     return [read_file, list_dir]
 
 
+# Before Python 3.11 an async run gives the handler no run context to end it cleanly by.
 @pytest.mark.parametrize(
     ("face", "mode"),
-    faces_and_modes(["middleware", "graph", "handler"], MODES[:2], needs_context="middleware"),
+    [
+        *faces_and_modes(["middleware", "graph"], MODES[:2], needs_context="middleware"),
+        *faces_and_modes(["handler"], MODES[:2], needs_context="handler"),
+    ],
 )
 def test_two_loops_side_by_side_are_each_blocked_from_their_5th_run(face: str, mode: Any) -> None:
     runs = ToolRuns()

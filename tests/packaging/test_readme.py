@@ -78,9 +78,13 @@ RUN_SNIPPETS = """
 import re, sys
 text = open(sys.argv[1], encoding="utf-8").read()
 namespace = {}
+ran = 0
 for number, snippet in enumerate(re.findall(r"```python\\n(.*?)```", text, re.DOTALL)):
+    if "deepagents" in snippet and sys.version_info < (3, 11):
+        continue  # the README says so: the deepagents extra needs Python 3.11
     exec(compile(snippet, f"README.md, snippet {number + 1}", "exec"), namespace)
-print("ran", number + 1)
+    ran += 1
+print("ran", ran)
 """
 
 
@@ -114,4 +118,6 @@ def test_the_snippets_run_after_the_readmes_own_install_line(tmp_path: Path) -> 
         timeout=600,
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
-    assert ran.stdout.strip().splitlines()[-1] == f"ran {len(snippets(README))}"
+    skipped = sum("deepagents" in snippet for snippet in snippets(README))
+    expected = len(snippets(README)) - (skipped if sys.version_info < (3, 11) else 0)
+    assert ran.stdout.strip().splitlines()[-1] == f"ran {expected}"
