@@ -180,28 +180,28 @@ def interleaved(
 def side_by_side(
     config: LoopGuardConfig,
     state: RequestState,
-    reached: Sequence[tuple[Step, Call]],
+    reached: Sequence[tuple[Step, Call, int]],
     counted: Steer | None,
 ) -> Steer | None:
     """Calls beside the counted one that came back with the same result in as many
-    batches in a row as their steer threshold (`reached`, in the model's order): each is
-    a loop of its own, blocked from its block threshold by the backstop (Pi mode keeps
-    to the counted call). One steer names them all, with the counted call when its own
-    streak steers in the same batch (`counted`); else `counted` stands."""
+    batches in a row as their steer threshold (`reached`, in the model's order, each with
+    those batches): each is a loop of its own, blocked from its block threshold by the
+    backstop (Pi mode keeps to the counted call). One steer names them all, with the
+    counted call when its own streak steers in the same batch (`counted`); else
+    `counted` stands."""
     if not reached:
         return counted
-    for step, _ in reached:
-        batches = next(n for beside, n in state.beside if beside == step)
+    for step, _, batches in reached:
         limit = config.thresholds(step.tool).block
         state.steered = _remember(
             state.steered, step, batches, again=False, seen=batches, limit=limit
         )
-    tools = tuple(step.tool for step, _ in reached)
+    tools = tuple(step.tool for step, _, _ in reached)
     if counted is not None:
         if counted.reason != "repeat":
             return counted  # a more specific loop of the counted call: it names that
         tools = (*tools, counted.call.tool)
-    batches = max(n for beside, n in state.beside if any(beside == step for step, _ in reached))
+    batches = max(batches for _, _, batches in reached)
     call = reached[-1][1] if counted is None else counted.call
     text = _messages.side_by_side_steer_text(tools, batches)
     return Steer(call=call, message=text, streak=batches)

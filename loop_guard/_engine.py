@@ -780,10 +780,10 @@ class Engine:
         siblings: Sequence[Entry],
         counted: Step | None,
         changed: bool,
-    ) -> list[tuple[Step, Call]]:
+    ) -> list[tuple[Step, Call, int]]:
         """Count the batches in a row each call beside the counted one came back with the
         same result in (`state.beside`); the calls whose count reaches their steer
-        threshold now. A change in the batch is progress: every count starts again. A
+        threshold now, with it. A change in the batch is progress: every count starts again. A
         blocked call keeps its count, as a block never resets a streak."""
         if changed:
             state.beside = ()
@@ -809,7 +809,7 @@ class Engine:
         state.beside = tuple(beside.items())
         config = self.config
         return [
-            (step, call)
+            (step, call, beside[step])
             for step, call in calls.items()
             if beside[step] == config.thresholds(step.tool).warn
         ]

@@ -378,12 +378,11 @@ def handoff_news(
         >>> handoff_news([asked, moved], asked, ToolMessage("ok", tool_call_id="1"))
         []
     """
-    if HANDOFF_KEY not in answer.response_metadata:
-        return []
-    for index in range(len(messages) - 1, -1, -1):
+    handed = HANDOFF_KEY in answer.response_metadata
+    for index in range(len(messages) - 1, -1, -1) if handed else ():
         if messages[index] is response:
-            return said_since_handed(messages, index)
-    return said_since_handed([response], 0)
+            return news_of(messages, index, handed=True)
+    return news_of([response], 0, handed=handed)
 
 
 def said_since_handed(messages: Sequence[BaseMessage], index: int) -> list[str]:
@@ -433,7 +432,7 @@ def handed_over(
     answer: ToolMessage,
     *,
     last: bool,
-    guess: bool = True,
+    guess: bool = False,
 ) -> bool:
     """Whether a call of the response `messages[index]`, answered by `answer`, handed
     the task to another agent: its answer names where to (`HANDOFF_KEY`, which the
@@ -446,9 +445,13 @@ def handed_over(
         >>> call = {"name": "to_b", "args": {}, "id": "1"}
         >>> asked = AIMessage("Is it 50?", name="a", tool_calls=[call])
         >>> moved = ToolMessage("ok", tool_call_id="1")
-        >>> handed_over([asked, moved, AIMessage("Too high.", name="b")], 0, moved, last=True)
+        >>> after = [asked, moved, AIMessage("Too high.", name="b")]
+        >>> handed_over(after, 0, moved, last=True, guess=True)
         True
-        >>> handed_over([asked, moved, AIMessage("More.", name="a")], 0, moved, last=True)
+        >>> handed_over(after, 0, moved, last=True)  # not marked, and no guessing
+        False
+        >>> again = [asked, moved, AIMessage("More.", name="a")]
+        >>> handed_over(again, 0, moved, last=True, guess=True)
         False
     """
     metadata = answer.response_metadata

@@ -292,17 +292,7 @@ def _unmasked(
 
 def _asked(args: Any) -> frozenset[str]:
     """Every scalar value of a call's arguments, as text."""
-    found: set[str] = set()
-    stack = [args]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, Mapping):
-            stack.extend(value.values())
-        elif isinstance(value, list | tuple):
-            stack.extend(value)
-        elif value is not None:
-            found.add(str(value))
-    return frozenset(found)
+    return frozenset(map(str, _arg_values(args)))
 
 
 def _without_id(content: Any, call_id: str) -> Any:
@@ -355,20 +345,28 @@ def _arg_texts(args: Any) -> list[str]:
     """The argument values an error may quote: strings of 3 characters or more and
     numbers of 3 digits or more, longest first (a value inside another goes after it)."""
     found: set[str] = set()
+    for value in _arg_values(args):
+        if len(found) >= _ARGS_MASKED:
+            break
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            continue
+        text = str(value) if isinstance(value, str) or abs(value) < 10**_ARG_LENGTH else ""
+        if 3 <= len(text.strip()) <= _ARG_LENGTH:
+            found.add(text)
+    return sorted(found, key=len, reverse=True)
+
+
+def _arg_values(args: Any) -> Iterator[object]:
+    """The scalar values of a call's arguments, at every depth (`None` left out)."""
     stack = [args]
-    while stack and len(found) < _ARGS_MASKED:
+    while stack:
         value = stack.pop()
         if isinstance(value, Mapping):
             stack.extend(value.values())
         elif isinstance(value, list | tuple):
             stack.extend(value)
-        elif isinstance(value, bool):
-            continue
-        elif isinstance(value, int | str):
-            text = str(value) if isinstance(value, str) or abs(value) < 10**_ARG_LENGTH else ""
-            if 3 <= len(text.strip()) <= _ARG_LENGTH:
-                found.add(text)
-    return sorted(found, key=len, reverse=True)
+        elif value is not None:
+            yield value
 
 
 def earlier_runs(
@@ -428,11 +426,8 @@ def hands_over(output: Any) -> bool:
         >>> hands_over(Command(goto="bob", graph=Command.PARENT)), hands_over("ok")
         (True, False)
     """
-    if isinstance(output, Command):
-        if output.goto:
-            return True
-    elif not isinstance(output, ToolMessage):
-        return False
+    if isinstance(output, Command) and output.goto:
+        return True
     message = tool_message_of(output)
     return message is not None and HANDOFF_KEY in message.response_metadata
 
