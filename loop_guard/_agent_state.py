@@ -86,7 +86,7 @@ def _from_history(
 ) -> RequestState:
     """The request's state as today's guard reads it from the history, under the id of
     the request `held` was."""
-    rebuilt = rebuild(guard.engine, messages, tools=guard.tool_names)
+    rebuilt = rebuild(guard._engine, messages, tools=guard.tool_names)
     return rebuilt if held is None else replace(rebuilt, request_id=held.request_id)
 
 

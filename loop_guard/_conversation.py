@@ -288,5 +288,5 @@ def follow_history(
     if guard.config.enabled:
         tools = guard.tool_names
         session.catch_up(
-            lambda held: up_to_date(guard.engine, held, history, end, tools=tools, observe=observe)
+            lambda held: up_to_date(guard._engine, held, history, end, tools=tools, observe=observe)
         )

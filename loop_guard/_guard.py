@@ -80,7 +80,7 @@ class LoopGuard:
         if handler is not None and not callable(handler):
             msg = f"on_event must be callable, got {handler!r}"
             raise ValueError(msg)
-        self.engine = Engine(resolve_config(config, options))
+        self._engine = Engine(resolve_config(config, options))
         self._events = Events(on_event=on_event, limit=max_conversations)
         self._conversations = _Conversations(max_conversations)
         self._snapshots = _Snapshots()
@@ -135,12 +135,22 @@ class LoopGuard:
         with self._conversations.lock:  # the engine learns between transitions
             self.tool_names = frozenset((*(self.tool_names or ()), *names))
             if hints:
-                self.engine.learn(hints)
+                self._engine.learn(hints)
 
     @property
     def config(self) -> LoopGuardConfig:
         """The settings in force."""
-        return self.engine.config
+        return self._engine.config
+
+    @property
+    def engine(self) -> Engine:
+        """Deprecated: the engine is private; use the guard's own methods."""
+        warnings.warn(
+            "LoopGuard.engine is private and will be removed; use the guard's own methods",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self._engine
 
     @property
     def stats(self) -> GuardStats:
@@ -207,7 +217,7 @@ class LoopGuard:
         return Session(
             conversation,
             None if snapshot is None else self._snapshots.read(snapshot),
-            engine=self.engine,
+            engine=self._engine,
             events=self._events,
             conversations=self._conversations,
             snapshots=self._snapshots,
@@ -233,7 +243,7 @@ class LoopGuard:
         Raises:
             ValueError: If its settings keep fewer (`LoopGuardConfig.pi()`, say).
         """
-        if self.engine.memory < JUDGED_STEPS:
+        if self._engine.memory < JUDGED_STEPS:
             msg = (
                 f"judge needs the last {JUDGED_STEPS} steps of a request, which the guard "
                 f"keeps with detect_interleaved (repeat_window >= {JUDGED_STEPS}) or "

@@ -159,7 +159,7 @@ def test_a_tool_policy_or_annotation_decides_what_changes_state() -> None:
         agent.step("probe", {}, "HTTP 500")
     assert agent.stamps == []
     annotated = Agent()
-    annotated.guard.engine.learn({"apply_fix": False})  # readOnlyHint
+    annotated.guard._engine.learn({"apply_fix": False})  # readOnlyHint
     for n in range(3):
         annotated.step("apply_fix", {"n": n}, "ok")
         annotated.step("probe", {}, "HTTP 500")

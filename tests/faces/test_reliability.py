@@ -101,8 +101,8 @@ class FaultyEngine:
     a response after the streak reached 4 (the call that would be the first block)."""
 
     def __init__(self, guard: LoopGuard) -> None:
-        self.inner, self.failed = guard.engine, False
-        guard.engine = self  # type: ignore[assignment]
+        self.inner, self.failed = guard._engine, False
+        guard._engine = self  # type: ignore[assignment]
 
     def check_batch(self, state: Any, calls: Any, tokens: int = 0) -> Any:
         if state.streak >= 4 and not self.failed:
@@ -156,7 +156,7 @@ def test_replay_counts_the_result_not_the_steer_appended_to_it() -> None:
     steered = [m for m in messages if isinstance(m, ToolMessage) and "loop_guard_result" in
                m.response_metadata]  # fmt: skip
     assert len(steered) == 1
-    state = replay(guard.engine, None, messages[:9])  # through the 4th result
+    state = replay(guard._engine, None, messages[:9])  # through the 4th result
     assert state.streak == 4
 
 
