@@ -25,13 +25,11 @@ from loop_guard._config import (
     LoopGuardConfig,
     LoopGuardConfigWarning,
     LoopGuardOptions,
-    Normalizer,
     ToolPolicy,
 )
 from loop_guard._events import GuardEvent, GuardStats
 from loop_guard._guard import LoopGuard, Session
-from loop_guard._messages import GUARD_NAME, JUDGE, REPLY
-from loop_guard._repeated_text import Repetition, TextWatch, find_repetition
+from loop_guard._repeated_text import TextWatch
 from loop_guard._values import (
     Block,
     Call,
@@ -47,17 +45,14 @@ from loop_guard._values import (
     Stop,
     StopReason,
 )
-from loop_guard._volatile import normalize_fresh, normalize_volatile
 
 if TYPE_CHECKING:
     from loop_guard._agent_state import LoopGuardState
     from loop_guard._compaction import compact_repeats
-    from loop_guard._langchain import BLOCK_MARK, DUPLICATE_MARK, FINAL_ANSWER_MARK, STEER_MARK
     from loop_guard.callbacks import LoopGuardCallbackHandler
     from loop_guard.graph import LoopGuardNode
     from loop_guard.middleware import ExitBehavior, LoopGuardMiddleware
     from loop_guard.tools import guard_tools
-    from loop_guard.upgrades import aupgrade_thread, upgrade_thread
 
 try:
     __version__ = version("langchain-loop-guard")
@@ -66,13 +61,6 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
     __version__ = "0+unknown"
 
 __all__ = [
-    "BLOCK_MARK",
-    "DUPLICATE_MARK",
-    "FINAL_ANSWER_MARK",
-    "GUARD_NAME",
-    "JUDGE",
-    "REPLY",
-    "STEER_MARK",
     "Block",
     "Call",
     "Charge",
@@ -91,10 +79,8 @@ __all__ = [
     "LoopGuardOptions",
     "LoopGuardState",
     "LoopGuardStop",
-    "Normalizer",
     "Proceed",
     "Reason",
-    "Repetition",
     "Result",
     "Session",
     "Steer",
@@ -102,21 +88,12 @@ __all__ = [
     "StopReason",
     "TextWatch",
     "ToolPolicy",
-    "aupgrade_thread",
     "compact_repeats",
-    "find_repetition",
     "guard_tools",
-    "normalize_fresh",
-    "normalize_volatile",
-    "upgrade_thread",
 ]
 
 # Adapter names and the module each lives in: imported on first use (PEP 562).
 _ADAPTERS = {
-    "BLOCK_MARK": "_langchain",
-    "DUPLICATE_MARK": "_langchain",
-    "FINAL_ANSWER_MARK": "_langchain",
-    "STEER_MARK": "_langchain",
     "LoopGuardCallbackHandler": "callbacks",
     "LoopGuardNode": "graph",
     "compact_repeats": "_compaction",
@@ -124,23 +101,41 @@ _ADAPTERS = {
     "ExitBehavior": "middleware",
     "LoopGuardMiddleware": "middleware",
     "LoopGuardState": "_agent_state",
-    "upgrade_thread": "upgrades",
-    "aupgrade_thread": "upgrades",
 }
 
 
 _NEEDS_LANGCHAIN = frozenset({"middleware", "_agent_state"})  # the `agents` extra's modules
 
-# Names earlier versions used, for one release: each use warns and gives the name now.
-_RETIRED = {"LoopGuardAbort": "LoopGuardStop", "StopKind": "StopReason"}
+# Names earlier versions exported from here, by the module each lives in now.
+_MOVED = {
+    "loop_guard.marks": (
+        "BLOCK_MARK",
+        "DUPLICATE_MARK",
+        "FINAL_ANSWER_MARK",
+        "STEER_MARK",
+        "GUARD_NAME",
+        "JUDGE",
+        "REPLY",
+    ),
+    "loop_guard.normalize": ("Normalizer", "normalize_fresh", "normalize_volatile"),
+    "loop_guard.repeated_text": ("Repetition", "find_repetition"),
+    "loop_guard.upgrades": ("upgrade_thread", "aupgrade_thread"),
+}
+# Retired names and what replaces each: every use warns and names it, for one release.
+_RETIRED = {
+    "LoopGuardAbort": "loop_guard.LoopGuardStop",
+    "StopKind": "loop_guard.StopReason",
+    **{name: f"{home}.{name}" for home, names in _MOVED.items() for name in names},
+}
 
 
 def __getattr__(name: str) -> Any:
     current = _RETIRED.get(name)
     if current is not None:
-        message = f"loop_guard.{name} is deprecated: use loop_guard.{current}"
+        message = f"loop_guard.{name} is deprecated: use {current}"
         warnings.warn(message, DeprecationWarning, stacklevel=2)
-        return globals()[current]
+        home, _, attribute = current.rpartition(".")
+        return getattr(importlib.import_module(home), attribute)
     module = _ADAPTERS.get(name)
     if module is None:
         msg = f"module {__name__!r} has no attribute {name!r}"

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.base import CheckpointTuple
     from langgraph.pregel import Pregel
 
+__all__ = ["aupgrade_thread", "upgrade_thread"]
+
 # The guard's nodes of earlier versions, and the node whose run stands for theirs now: a
 # thread paused before one goes on from there (recording results and deciding replies
 # happen in the model call now).
