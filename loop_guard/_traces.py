@@ -290,11 +290,14 @@ def _langsmith_model(
 
 
 def _lc_fields(value: Any) -> dict[str, Any]:
-    """A serialized LangChain message's fields: `dumpd`'s form or `model_dump`'s."""
+    """A serialized LangChain message's fields: `dumpd`'s form, `messages_to_dict`'s or
+    `model_dump`'s."""
     if not isinstance(value, Mapping):
         return {}
     if value.get("lc") == 1 and isinstance(value.get("kwargs"), Mapping):
         return dict(value["kwargs"])
+    if isinstance(value.get("data"), Mapping) and "content" in value["data"]:
+        return dict(value["data"])
     return dict(value) if "content" in value else {}
 
 
@@ -362,7 +365,9 @@ def span_steps(
     trace: str, order: str, root: bool, attributes: Mapping[str, Any], error: str | None
 ) -> Iterator[_Row]:
     """The steps of one span, by its OpenInference or GenAI attributes (flat keys)."""
-    metadata = _json_object(attributes.get("metadata"))
+    metadata = _json_object(attributes.get("metadata")) or {  # Phoenix flattens it
+        key[9:]: value for key, value in attributes.items() if key.startswith("metadata.")
+    }
     thread = attributes.get("session.id") or attributes.get("gen_ai.conversation.id")
     if thread is None:
         thread = next((metadata[k] for k in _THREAD_KEYS if metadata.get(k)), None)
