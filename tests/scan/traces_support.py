@@ -116,3 +116,47 @@ def findings(conversations: Sequence[Conversation]) -> dict[str, list[tuple[Any,
             for f in report.findings
         ] + [("calls", report.calls, "cost", report.cost)]
     return found
+
+
+class Spans:
+    """OpenInference's LangChain instrumentation, its spans kept in memory and, given a
+    Phoenix server's URL, sent to it too (project `project`)."""
+
+    def __init__(self, phoenix: str | None = None, project: str = "default") -> None:
+        from openinference.instrumentation.langchain import LangChainInstrumentor
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        self.provider = TracerProvider(resource=Resource({"openinference.project.name": project}))
+        self.kept = InMemorySpanExporter()
+        self.provider.add_span_processor(SimpleSpanProcessor(self.kept))
+        if phoenix is not None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporter = OTLPSpanExporter(f"{phoenix.rstrip('/')}/v1/traces")
+            self.provider.add_span_processor(SimpleSpanProcessor(exporter))
+        self.instrumentor = LangChainInstrumentor()
+
+    def __enter__(self) -> Spans:
+        self.instrumentor.instrument(tracer_provider=self.provider)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.instrumentor.uninstrument()
+        self.provider.force_flush()
+
+    def write(self, path: Path) -> Path:
+        """The spans as the OpenTelemetry Collector's file exporter writes them: OTLP JSON,
+        one export request a line (here, one request of ten spans a line)."""
+        from google.protobuf.json_format import MessageToJson
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        spans = list(self.kept.get_finished_spans())
+        lines = [MessageToJson(encode_spans(spans[n : n + 10]), indent=None)
+                 for n in range(0, len(spans), 10)]  # fmt: skip
+        path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        return path
