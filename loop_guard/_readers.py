@@ -170,7 +170,11 @@ def stream(
                 yield item
             return
         kind = _traces.trace_kind(Path(source))
-        what = "a conversation file records no times" if kind is None else f"{kind} are not read by time"
+        what = (
+            "a conversation file records no times"
+            if kind is None
+            else f"{kind} are not read by time"
+        )
         _no_window(window, what)
         if kind is not None:
             yield from _traces.read_traces(Path(source), kind)
@@ -183,10 +187,7 @@ def stream(
 def _no_window(window: Window | None, why: str) -> None:
     """Reject a time window for a source whose conversations are not read by time."""
     if window:
-        msg = (
-            f"{why}: --since and --until read only checkpoint databases "
-            "(scan it without them)"
-        )
+        msg = f"{why}: --since and --until read only checkpoint databases (scan it without them)"
         raise ScanError(msg)
 
 

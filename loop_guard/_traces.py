@@ -85,8 +85,8 @@ def _spool_line(
         spool.add(parse(record))
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         what = "a LangSmith run" if parse is _langsmith_steps else "an OTLP export request"
-        return ScanError(f"line {number} is not {what}: {type(error).__name__}: {error}",
-                         part="line")  # fmt: skip
+        reason = f"line {number} is not {what}: {type(error).__name__}: {error}"
+        return ScanError(reason, part="line")
     return None
 
 
@@ -122,7 +122,8 @@ class _Spool:
             "JOIN (SELECT trace, MIN(ord) AS start FROM steps GROUP BY trace) t "
             "ON t.trace = s.trace ORDER BY conv, t.start, s.trace, s.ord"
         )
-        name, traces = None, []  # the conversation being gathered, its traces' steps
+        name: str | None = None  # the conversation being gathered
+        traces: list[tuple[str, list[list[Any]]]] = []  # its traces' steps
         for conv, trace, step in rows:
             if conv != name:
                 if name is not None:
@@ -164,44 +165,45 @@ def _messages(traces: list[tuple[str, list[list[Any]]]]) -> list[BaseMessage]:
         user = next((step[1] for step in steps if step[0] == "user"), None)
         if user is not None:
             messages.append(HumanMessage(content=user))
-        pending: list[ToolCall] = []
+        pending: list[tuple[str | None, str, str]] = []  # (recorded id, tool, id given)
         for number, step in enumerate(steps):
             if step[0] == "model":
-                _, content, calls, usage, agent = step
-                made: list[ToolCall] = [
-                    {"name": name, "args": args, "id": f"{trace}-{number}-{n}", "type": "tool_call"}
-                    for n, (_, name, args) in enumerate(calls)
+                _, content, recorded, usage, agent = step
+                given = [f"{trace}-{number}-{n}" for n in range(len(recorded))]
+                calls = [
+                    _call(name, args, i)
+                    for (_, name, args), i in zip(recorded, given, strict=True)
                 ]
-                recorded = [call[0] for call in calls]
-                pending.extend({**call, "type": "tool_call", "recorded": rid}  # type: ignore[typeddict-unknown-key]
-                               for call, rid in zip(made, recorded, strict=True))  # fmt: skip
+                pending.extend((r[0], r[1], i) for r, i in zip(recorded, given, strict=True))
                 messages.append(
-                    AIMessage(content=content, tool_calls=made, usage_metadata=usage, name=agent)
+                    AIMessage(content=content, tool_calls=calls, usage_metadata=usage, name=agent)
                 )
             elif step[0] == "tool":
-                _, name, args, call_id, result, error = step
-                call = _answered(pending, name, call_id)
-                if call is None:  # a tool run with no recorded response asking for it
-                    fresh = f"{trace}-{number}"
-                    messages.append(AIMessage(content="", tool_calls=[
-                        {"name": name, "args": args, "id": fresh, "type": "tool_call"}]))  # fmt: skip
-                    call_id = fresh
-                else:
-                    call_id = call["id"]
+                _, name, args, recorded_id, result, error = step
+                call_id = _answered(pending, name, recorded_id)
+                if call_id is None:  # a tool run with no recorded response asking for it
+                    call_id = f"{trace}-{number}"
+                    messages.append(AIMessage(content="", tool_calls=[_call(name, args, call_id)]))
                 status = "error" if error else "success"
                 messages.append(ToolMessage(content=result, tool_call_id=call_id, status=status))
     return messages
 
 
-def _answered(pending: list[ToolCall], name: str, call_id: str | None) -> ToolCall | None:
-    """The unanswered call a tool result answers, taken off `pending`."""
-    match = [c for c in pending if call_id and c.get("recorded") == call_id] or [
-        c for c in pending if c["name"] == name
+def _call(name: str, args: dict[str, Any], call_id: str) -> ToolCall:
+    return {"name": name, "args": args, "id": call_id, "type": "tool_call"}
+
+
+def _answered(
+    pending: list[tuple[str | None, str, str]], name: str, recorded_id: str | None
+) -> str | None:
+    """The id of the unanswered call a tool result answers, taken off `pending`."""
+    match = [c for c in pending if recorded_id and c[0] == recorded_id] or [
+        c for c in pending if c[1] == name
     ]
     if not match:
         return None
     pending.remove(match[0])
-    return match[0]
+    return match[0][2]
 
 
 def _text(value: Any) -> str:
@@ -326,13 +328,14 @@ def _otlp_steps(request: Mapping[str, Any]) -> Iterator[_Row]:
             for span in scope.get("spans") or []:
                 status = span.get("status") or {}
                 failed = status.get("code") in (2, "STATUS_CODE_ERROR")
+                attributes = span.get("attributes") or []
                 yield from span_steps(
                     _otlp_id(span["traceId"]),
                     f"{int(span.get('startTimeUnixNano') or 0):020d}",
                     not span.get("parentSpanId"),
-                    {a["key"]: _otlp_value(a.get("value") or {}) for a in span.get("attributes", [])},
+                    {a["key"]: _otlp_value(a.get("value") or {}) for a in attributes},
                     (status.get("message") or "error") if failed else None,
-                )  # fmt: skip
+                )
 
 
 def _otlp_id(raw: str) -> str:
@@ -356,8 +359,8 @@ def _otlp_value(value: Mapping[str, Any]) -> Any:
     if "arrayValue" in value:
         return [_otlp_value(v) for v in value["arrayValue"].get("values", [])]
     if "kvlistValue" in value:
-        return {kv["key"]: _otlp_value(kv.get("value") or {}) for kv in value["kvlistValue"].get(
-            "values", [])}  # fmt: skip
+        pairs = value["kvlistValue"].get("values", [])
+        return {kv["key"]: _otlp_value(kv.get("value") or {}) for kv in pairs}
     return None
 
 
@@ -365,9 +368,8 @@ def span_steps(
     trace: str, order: str, root: bool, attributes: Mapping[str, Any], error: str | None
 ) -> Iterator[_Row]:
     """The steps of one span, by its OpenInference or GenAI attributes (flat keys)."""
-    metadata = _json_object(attributes.get("metadata")) or {  # Phoenix flattens it
-        key[9:]: value for key, value in attributes.items() if key.startswith("metadata.")
-    }
+    flat = {k[9:]: v for k, v in attributes.items() if k.startswith("metadata.")}  # Phoenix's
+    metadata = _json_object(attributes.get("metadata")) or flat
     thread = attributes.get("session.id") or attributes.get("gen_ai.conversation.id")
     if thread is None:
         thread = next((metadata[k] for k in _THREAD_KEYS if metadata.get(k)), None)
@@ -392,7 +394,8 @@ def span_steps(
             result, call_id = fields.get("content", ""), call_id or fields.get("tool_call_id")
             error = error or ("error" if fields.get("status") == "error" else None)
         text = error if error is not None else _text("" if result is None else result)
-        yield trace, thread, order, ["tool", name, _arguments(args), call_id, text, error is not None]
+        step = ["tool", name, _arguments(args), call_id, text, error is not None]
+        yield trace, thread, order, step
 
 
 def _json_object(value: Any) -> dict[str, Any]:
@@ -466,7 +469,7 @@ def read_phoenix(url: str) -> Iterator[Conversation | ScanError]:
     """The conversations of a Phoenix project, read a page of spans at a time through
     `arize-phoenix-client` (`phoenixs://` for HTTPS; `PHOENIX_API_KEY` is sent when set)."""
     try:
-        from phoenix.client import Client
+        from phoenix.client import Client  # type: ignore[import-not-found, unused-ignore]
     except ImportError as error:
         msg = (
             f"reading a Phoenix project needs arize-phoenix-client ({error}): "

@@ -91,7 +91,10 @@ def test_a_bad_line_is_named_and_the_rest_is_read(
     problems = err.splitlines()
     assert problems[0].startswith(f"loop-guard scan: {damaged}: line 4 is not JSON: ")
     assert problems[1].startswith(f"loop-guard scan: {damaged}: line 6 is not a LangSmith run: ")
-    assert problems[2] == f"loop-guard scan: {damaged}: 2 of 4 lines could not be read; the rest are reported"
+    assert (
+        problems[2]
+        == f"loop-guard scan: {damaged}: 2 of 4 lines could not be read; the rest are reported"
+    )
     assert len(problems) == 3
     assert "damaged.jsonl:loops" in out
 

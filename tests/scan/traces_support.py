@@ -59,7 +59,9 @@ class _Kept(Client):
     returns them (`langsmith.schemas.Run`)."""
 
     def __init__(self) -> None:
-        super().__init__(api_key="unused", api_url="http://127.0.0.1:9", info=schemas.LangSmithInfo())
+        super().__init__(
+            api_key="unused", api_url="http://127.0.0.1:9", info=schemas.LangSmithInfo()
+        )
         self.kept: list[schemas.Run] = []
 
 
