@@ -171,8 +171,7 @@ def _messages(traces: list[tuple[str, list[list[Any]]]]) -> list[BaseMessage]:
                 _, content, recorded, usage, agent = step
                 given = [f"{trace}-{number}-{n}" for n in range(len(recorded))]
                 calls = [
-                    _call(name, args, i)
-                    for (_, name, args), i in zip(recorded, given, strict=True)
+                    _call(name, args, i) for (_, name, args), i in zip(recorded, given, strict=True)
                 ]
                 pending.extend((r[0], r[1], i) for r, i in zip(recorded, given, strict=True))
                 messages.append(
