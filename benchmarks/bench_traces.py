@@ -5,10 +5,10 @@
 For each size, an export of that many traces of 20 runs each (a root, ten model runs and
 nine tool runs; every other trace loops on one call) is written as JSON Lines, in a shuffled
 order, from runs made with the `langsmith` SDK's `RunTree` (one trace is built, then copied
-under fresh ids). Then `python -m loop_guard report RUNS.jsonl` runs in a child process
-(`bench_report.report`): its wall time and its peak resident memory. Prints a markdown table,
-then whether the peak memory grew with the export's size: the reader spools the runs to a
-temporary SQLite file, so it is meant to stay flat.
+under fresh ids) by a child process. Then `python -m loop_guard report RUNS.jsonl` runs in
+another (`bench_report.report`): its wall time and its peak resident memory. Prints a markdown
+table, then whether the peak memory grew with the export's size: the reader spools the runs
+to a temporary SQLite file, so it is meant to stay flat.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,21 +65,29 @@ def write_export(path: Path, traces: int) -> int:
     templates = [template(looping=True), template(looping=False)]
     lines = []
     for number in range(traces):
-        fresh: dict[str, str] = {}
-        for line in templates[number % 2]:
-            copied = _UUID.sub(lambda m: fresh.setdefault(m.group(), str(uuid.uuid4())), line)
-            lines.append(copied.replace('"thread_id":"?"', f'"thread_id":"t{number}"'))
+        lines += _copy(templates[number % 2], f"t{number}")
     random.Random(5).shuffle(lines)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return len(lines)
+
+
+def _copy(trace: list[str], thread: str) -> list[str]:
+    """A trace's lines under fresh run and trace ids, on its own thread."""
+    fresh: dict[str, str] = {}
+    lines = [_UUID.sub(lambda m: fresh.setdefault(m.group(), str(uuid.uuid4())), line)
+             for line in trace]  # fmt: skip
+    return [line.replace('"thread_id":"?"', f'"thread_id":"{thread}"') for line in lines]
 
 
 def run_size(traces: int) -> tuple[Run, int]:
     with tempfile.TemporaryDirectory(prefix="bench-traces-") as folder:
         out = Path(folder)
         export = out / "runs.jsonl"
+        # Written by a child of its own: a report forked from a process that holds the export
+        # would count that process's memory in its peak.
         start = time.perf_counter()
-        runs = write_export(export, traces)
+        argv = [sys.executable, __file__, "--write", str(export), str(traces)]
+        runs = int(subprocess.run(argv, capture_output=True, check=True, text=True).stdout)
         write_s = time.perf_counter() - start
         wall, rss, reported = report(export, out, 1)
         return Run(traces, write_s, export.stat().st_size, wall, rss, reported), runs
@@ -88,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_TRACES}")
     parser.add_argument("--traces", type=sizes, help=f"comma-separated (default {TRACES})")
+    parser.add_argument("--write", nargs=2, metavar=("PATH", "TRACES"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.write:
+        print(write_export(Path(args.write[0]), int(args.write[1])))
+        return 0
     measured = []
     for traces in args.traces or (QUICK_TRACES if args.quick else TRACES):
         print_flush(f"{traces:,} traces ...", file=sys.stderr)

@@ -184,7 +184,9 @@ def _messages(traces: list[tuple[str, list[list[Any]]]]) -> list[BaseMessage]:
                     call_id = f"{trace}-{number}"
                     messages.append(AIMessage(content="", tool_calls=[_call(name, args, call_id)]))
                 status = "error" if error else "success"
-                messages.append(ToolMessage(content=result, tool_call_id=call_id, status=status))
+                messages.append(
+                    ToolMessage(content=result, tool_call_id=call_id, status=status, name=name)
+                )
     return messages
 
 
@@ -262,7 +264,7 @@ def _langsmith_steps(run: Mapping[str, Any]) -> Iterator[_Row]:
             result: Any = str(error).split(_ERROR_DETAIL)[0].strip()
         else:
             output = outputs.get("output", outputs)
-            message = _lc_fields(output)
+            message = _tool_message(output)
             result = message.get("content", output) if message else output
             error = message.get("status") == "error"
         call_id = extra.get("tool_call_id")
@@ -300,6 +302,16 @@ def _lc_fields(value: Any) -> dict[str, Any]:
     if isinstance(value.get("data"), Mapping) and "content" in value["data"]:
         return dict(value["data"])
     return dict(value) if "content" in value else {}
+
+
+def _tool_message(output: Any) -> dict[str, Any]:
+    """The fields of the tool message a tool returned: itself, or the last tool message of
+    the graph update it returned (`Command(update={"messages": [...]})`, as handoffs do)."""
+    update = output.get("update") if isinstance(output, Mapping) else None
+    if isinstance(update, Mapping) and isinstance(update.get("messages"), list):
+        replies = [_lc_fields(m) for m in update["messages"]]
+        return next((m for m in reversed(replies) if m.get("type") == "tool"), {})
+    return _lc_fields(output)
 
 
 def _last_request(messages: Any) -> str | None:
@@ -388,7 +400,7 @@ def span_steps(
         args = attributes.get("gen_ai.tool.call.arguments", attributes.get("input.value"))
         call_id = attributes.get("tool_call.id") or attributes.get("gen_ai.tool.call.id")
         result = attributes.get("gen_ai.tool.call.result", attributes.get("output.value"))
-        fields = _lc_fields(_json_object(result))
+        fields = _tool_message(_json_object(result))
         if fields:  # LangChain's ToolMessage, as OpenInference records a tool's output
             result, call_id = fields.get("content", ""), call_id or fields.get("tool_call_id")
             error = error or ("error" if fields.get("status") == "error" else None)

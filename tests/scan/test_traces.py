@@ -11,8 +11,15 @@ import pytest
 from langsmith import RunTree
 
 from loop_guard.report import build_report
-from loop_guard.scan import LoopGuardConfig, load
-from tests.scan.traces_support import HEALTHY, LOOPING, LangSmithExport, findings, record
+from loop_guard.scan import LoopGuardConfig, load, scan_conversation
+from tests.scan.traces_support import (
+    HEALTHY,
+    LOOPING,
+    LangSmithExport,
+    findings,
+    record,
+    traced,
+)
 from tests.support.cli import run_cli
 
 
@@ -114,3 +121,23 @@ def test_the_report_names_the_kind_of_source(recorded: tuple[Path, Path]) -> Non
     }
     assert report["threads"] == 4
     assert report["outcomes"]["stopped"] == 2
+
+
+def test_agents_of_a_swarm_are_told_apart(tmp_path: Path) -> None:
+    """A swarm's handoff ping-pong traced to LangSmith: the loop between alice and bob, each
+    finding by the agent that made its call, as in the checkpoint."""
+    from tests.scan.test_multi_agent_scan import record_ping_pong
+
+    database = tmp_path / "swarm.sqlite"
+    with traced() as export:
+        record_ping_pong(database)
+    runs = export.write(tmp_path / "runs.jsonl")
+
+    def by_agent(source: Path) -> list[tuple[int, str, str | None, tuple[str, ...]]]:
+        [conversation] = load(source)
+        report = scan_conversation(LoopGuardConfig(), conversation)
+        return [(f.call_index, f.event.kind, f.agent, f.agents) for f in report.findings]
+
+    expected = by_agent(database)
+    assert expected[0][2:] == ("bob", ("alice", "bob"))
+    assert by_agent(runs) == expected

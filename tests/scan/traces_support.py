@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
 from langchain_core.tools import ToolException, tool
+from langchain_core.tracers.context import register_configure_hook
 from langchain_core.tracers.langchain import LangChainTracer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langsmith import Client, schemas
@@ -60,9 +63,18 @@ class _Kept(Client):
 
     def __init__(self) -> None:
         super().__init__(
-            api_key="unused", api_url="http://127.0.0.1:9", info=schemas.LangSmithInfo()
+            api_key="unused",
+            api_url="http://127.0.0.1:9",
+            info=schemas.LangSmithInfo(),
+            auto_batch_tracing=False,
         )
         self.kept: list[schemas.Run] = []
+
+    def create_run(self, *args: Any, **kwargs: Any) -> None:
+        pass  # what LangChain would send (the tracer keeps the runs as they end)
+
+    def update_run(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
 
 class LangSmithExport(LangChainTracer):
@@ -162,3 +174,19 @@ class Spans:
                  for n in range(0, len(spans), 10)]  # fmt: skip
         path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
         return path
+
+
+_TRACED: ContextVar[LangSmithExport | None] = ContextVar("loop_guard_traced", default=None)
+register_configure_hook(_TRACED, inheritable=True)
+
+
+@contextmanager
+def traced() -> Iterator[LangSmithExport]:
+    """Every run started inside, traced to a `LangSmithExport` (as `tracing_v2_enabled`
+    traces to LangSmith): for agents whose invocation takes no callbacks."""
+    export = LangSmithExport()
+    token = _TRACED.set(export)
+    try:
+        yield export
+    finally:
+        _TRACED.reset(token)
