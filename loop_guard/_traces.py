@@ -82,7 +82,7 @@ def _spool_line(
         reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
         return ScanError(f"line {number} is not JSON: {reason}", part="line")
     try:
-        spool.add(parse(record))
+        spool.add(list(parse(record)))  # all of a line, or none of it
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         what = "a LangSmith run" if parse is _langsmith_steps else "an OTLP export request"
         reason = f"line {number} is not {what}: {type(error).__name__}: {error}"
@@ -340,7 +340,7 @@ def _otlp_steps(request: Mapping[str, Any]) -> Iterator[_Row]:
                 status = span.get("status") or {}
                 failed = status.get("code") in (2, "STATUS_CODE_ERROR")
                 attributes = span.get("attributes") or []
-                yield from span_steps(
+                yield from _span_steps(
                     _otlp_id(span["traceId"]),
                     f"{int(span.get('startTimeUnixNano') or 0):020d}",
                     not span.get("parentSpanId"),
@@ -375,7 +375,7 @@ def _otlp_value(value: Mapping[str, Any]) -> Any:
     return None
 
 
-def span_steps(
+def _span_steps(
     trace: str, order: str, root: bool, attributes: Mapping[str, Any], error: str | None
 ) -> Iterator[_Row]:
     """The steps of one span, by its OpenInference or GenAI attributes (flat keys)."""
@@ -531,7 +531,7 @@ def _phoenix_steps(span: Mapping[str, Any]) -> Iterator[_Row]:
     attributes = dict(span.get("attributes") or {})
     attributes.setdefault("openinference.span.kind", span.get("span_kind"))
     failed = str(span.get("status_code", "")).upper() == "ERROR"
-    yield from span_steps(
+    yield from _span_steps(
         str(context["trace_id"]),
         str(span.get("start_time") or ""),
         not span.get("parent_id"),
