@@ -493,7 +493,9 @@ def read_phoenix(url: str) -> Iterator[Conversation | ScanError]:
         msg = "a Phoenix source is phoenix://HOST:PORT/PROJECT"
         raise ScanError(msg)
     scheme = "https" if parts.scheme == "phoenixs" else "http"
-    client = Client(base_url=f"{scheme}://{parts.netloc}")
+    client = Client(
+        base_url=f"{scheme}://{parts.netloc}", api_key=os.environ.get("PHOENIX_API_KEY")
+    )
     with _spool() as spool:
         try:
             for span in _phoenix_spans(client, project):
@@ -507,10 +509,12 @@ def read_phoenix(url: str) -> Iterator[Conversation | ScanError]:
 
 
 def _phoenix_spans(client: Any, project: str) -> Iterator[Mapping[str, Any]]:
-    """Every span of a project, a page at a time (the client's cursor)."""
+    """Every span of a project, a page at a time: the endpoint `Client.spans.get_spans`
+    pages through, on the client's own connection (`get_spans` gathers every page into one
+    list, which memory would not hold for a large project)."""
     cursor = None
     while True:
-        page = client.spans._client.get(  # the paged endpoint get_spans walks whole
+        page = client._client.get(
             f"v1/projects/{project}/spans",
             params={"limit": _PHOENIX_PAGE, **({"cursor": cursor} if cursor else {})},
         )

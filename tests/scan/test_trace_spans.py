@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import loop_guard._traces
 from loop_guard.report import build_report
 from loop_guard.scan import LoopGuardConfig, load
 from tests.scan.traces_support import LOOPING, Spans, findings, record
@@ -63,9 +64,13 @@ def _spans_in(url: str, project: str) -> int:
 @pytest.mark.slow
 @pytest.mark.skipif(PHOENIX is None, reason="no Phoenix server: set TEST_PHOENIX_URL "
                     "(.ci/phoenix.sh starts one on loopback and prints it)")  # fmt: skip
-def test_a_phoenix_project_gives_the_checkpoints_findings(tmp_path: Path) -> None:
-    pytest.importorskip("phoenix.client", reason="the dev extra's arize-phoenix-client")
+@pytest.mark.internals("pages of 7 spans, so that the project is read over several")
+def test_a_phoenix_project_gives_the_checkpoints_findings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("phoenix.client", reason="the phoenix extra's arize-phoenix-client")
     assert PHOENIX is not None
+    monkeypatch.setattr(loop_guard._traces, "_PHOENIX_PAGE", 7)
     project = f"agents-{uuid.uuid4().hex[:8]}"
     with Spans(PHOENIX, project) as spans:
         database = record(tmp_path)
@@ -83,7 +88,7 @@ def test_a_phoenix_project_gives_the_checkpoints_findings(tmp_path: Path) -> Non
 
 
 def test_an_unreachable_phoenix_is_one_line(tmp_path: Path) -> None:
-    pytest.importorskip("phoenix.client", reason="the dev extra's arize-phoenix-client")
+    pytest.importorskip("phoenix.client", reason="the phoenix extra's arize-phoenix-client")
     status, out, err = run_cli("scan", "phoenix://127.0.0.1:9/agents")
     assert (status, out) == (2, "")
     assert err.startswith("loop-guard scan: phoenix://127.0.0.1:9/agents: cannot read project "
