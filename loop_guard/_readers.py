@@ -3,7 +3,8 @@
 Formats: OpenAI chat-completions messages (a list, or an object with `"messages"`), LangChain
 message dicts (`messages_to_dict`), JSON Lines of either (one message per line, or one
 conversation per line), and the databases of LangGraph's SQLite and PostgreSQL checkpointers
-(one thread, else every thread).
+(one thread, else every thread). Traces (LangSmith runs, OTLP JSON, Phoenix projects) are read
+by `loop_guard._traces` into the same conversations.
 
 A checkpoint database may come from elsewhere: it is read with LangGraph's serializer
 restricted to the types it was built to restore (messages, datetimes, UUIDs and the like),
