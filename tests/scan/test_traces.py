@@ -5,6 +5,7 @@ one line each, and the rest is read."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,15 @@ def test_agents_of_a_swarm_are_told_apart(tmp_path: Path) -> None:
     expected = by_agent(database)
     assert expected[0][2:] == ("bob", ("alice", "bob"))
     assert by_agent(runs) == expected
+
+
+def test_without_the_phoenix_client_the_scan_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "phoenix.client", None)  # as if not installed
+    status, out, err = run_cli("scan", "phoenix://127.0.0.1:6006/agents")
+    assert (status, out) == (2, "")
+    assert err.startswith("loop-guard scan: phoenix://127.0.0.1:6006/agents: reading a Phoenix "
+                          "project needs arize-phoenix-client (")  # fmt: skip
+    assert err.endswith(': pip install "langchain-loop-guard[phoenix]"\n')
+    assert len(err.splitlines()) == 1
