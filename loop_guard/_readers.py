@@ -3,7 +3,8 @@
 Formats: OpenAI chat-completions messages (a list, or an object with `"messages"`), LangChain
 message dicts (`messages_to_dict`), JSON Lines of either (one message per line, or one
 conversation per line), and the databases of LangGraph's SQLite and PostgreSQL checkpointers
-(one thread, else every thread).
+(one thread, else every thread). Traces (LangSmith runs, OTLP JSON, Phoenix projects) are read
+by `loop_guard._traces` into the same conversations.
 
 A checkpoint database may come from elsewhere: it is read with LangGraph's serializer
 restricted to the types it was built to restore (messages, datetimes, UUIDs and the like),
@@ -152,7 +153,13 @@ def stream(
     With a `window`, only the threads last changed in it; a conversation file records no
     times, so it is rejected (`ScanError`) rather than read whole.
     """
+    from loop_guard import _traces
+
     try:
+        if isinstance(source, str) and _traces.is_phoenix_url(source):
+            _no_window(window, "a Phoenix project is not read by time")
+            yield from _traces.read_phoenix(source)
+            return
         database = _database_of(source)
         if database is not None:
             for item in _read_checkpoints(database, threads):
@@ -163,21 +170,58 @@ def stream(
                         continue
                 yield item
             return
-        if window:
-            msg = (
-                "a conversation file records no times: --since and --until read only "
-                "checkpoint databases (scan the file without them)"
-            )
-            raise ScanError(msg)
+        kind = _traces.trace_kind(Path(source))
+        what = (
+            "a conversation file records no times"
+            if kind is None
+            else f"{kind} are not read by time"
+        )
+        _no_window(window, what)
+        if kind is not None:
+            yield from _traces.read_traces(Path(source), kind)
+            return
         yield from _read_file(Path(source))
     except ScanError as error:
         yield error
 
 
+def _no_window(window: Window | None, why: str) -> None:
+    """Reject a time window for a source whose conversations are not read by time."""
+    if window:
+        msg = f"{why}: --since and --until read only checkpoint databases (scan it without them)"
+        raise ScanError(msg)
+
+
+def source_kind(source: Path | str) -> str:
+    """What kind of source a scan reads, as the report names it.
+
+    Examples:
+        >>> source_kind("postgresql://reader@db/agents"), source_kind("phoenix://h:6006/p")
+        ('LangGraph checkpoints (PostgreSQL)', 'Phoenix project')
+    """
+    from loop_guard import _traces
+
+    if isinstance(source, str) and is_postgres_url(source):
+        return "LangGraph checkpoints (PostgreSQL)"
+    if isinstance(source, str) and _traces.is_phoenix_url(source):
+        return _traces.PHOENIX
+    path = Path(source)
+    if path.is_dir():
+        return "folder"
+    try:
+        if _database_of(path) is not None:
+            return "LangGraph checkpoints (SQLite)"
+    except ScanError:
+        return "unreadable"
+    return _traces.trace_kind(path) or "conversations"
+
+
 def thread_pages(source: Path | str, size: int) -> Iterator[list[str]]:
     """A checkpoint database's thread ids, `size` at a time, in order; a file has none
     (`[]`: read it whole)."""
-    database = _database_of(source)
+    from loop_guard._traces import is_phoenix_url
+
+    database = None if is_phoenix_url(str(source)) else _database_of(source)
     if database is None:
         return
     with _checkpoints(database) as opened:

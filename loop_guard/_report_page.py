@@ -225,7 +225,14 @@ def render_page(report: Mapping[str, Any]) -> str:
 def _provenance(report: Mapping[str, Any]) -> str:
     """Where the numbers come from and when: the sources, the times of the threads read,
     the window asked for, and when the page was made."""
-    sources = ", ".join(_esc(source) for source in report["sources"]) or "no sources"
+    kinds = report.get("source_kinds") or {}
+    sources = (
+        ", ".join(
+            _esc(source) + (f" ({_esc(kinds[source])})" if source in kinds else "")
+            for source in report["sources"]
+        )
+        or "no sources"
+    )
     span = report["span"]
     times = (
         "The sources record no times."

@@ -82,16 +82,18 @@ def _main(argv: Sequence[str] | None) -> int:
     scan = commands.add_parser(
         "scan",
         help="replay recorded conversations: where would the guard have stepped in?",
-        description="Replay conversation files, LangGraph SQLite checkpoint databases and "
-        "LangGraph PostgreSQL checkpointers (postgresql://user@host:5432/db) through the guard. "
-        + _EXIT_STATUS,
+        description="Replay conversation files, LangGraph SQLite checkpoint databases, "
+        "LangGraph PostgreSQL checkpointers (postgresql://user@host:5432/db) and traces "
+        "(LangSmith runs as JSON Lines, OTLP JSON spans, a Phoenix project: "
+        "phoenix://host:6006/PROJECT) through the guard. " + _EXIT_STATUS,
     )
     scan.add_argument(
         "paths",
         nargs="+",
         metavar="PATH|URL",
-        help="a conversation file, a LangGraph SQLite checkpoint database, or the URL of a "
-        "LangGraph PostgreSQL checkpointer's database",
+        help="a conversation file, a LangGraph SQLite checkpoint database, the URL of a "
+        "LangGraph PostgreSQL checkpointer's database, a LangSmith runs export or OTLP JSON "
+        "file, or a Phoenix project's phoenix:// URL",
     )
     scan.add_argument(
         "--thread", help="the thread to read from a checkpoint database (default: every thread)"

@@ -30,6 +30,7 @@ from loop_guard._readers import (
     ScanError,
     display_name,
     is_postgres_url,
+    source_kind,
     stream,
     thread_pages,
 )
@@ -200,6 +201,7 @@ class FleetReport:
     label: str
     tally: _Tally
     sources: list[str] = field(default_factory=list)  # as printed: no password
+    source_kinds: dict[str, str] = field(default_factory=dict)  # each source's kind, by name
     generated: datetime | None = None
     window: Window = field(default_factory=Window)
     first: datetime | None = None  # the earliest time a thread read last changed
@@ -254,6 +256,7 @@ class FleetReport:
             "version": 1,
             "label": self.label,
             "sources": self.sources,
+            "source_kinds": self.source_kinds,
             "generated": generated.isoformat(timespec="seconds"),
             "window": self.window.to_json(),
             "span": span,
@@ -287,6 +290,7 @@ def build_report(
     job = _Job(config, label, compare, worst, window or Window())
     total = job.empty()
     total.sources = [display_name(source) for source in sources]
+    total.source_kinds = {display_name(s): source_kind(s) for s in sources}
     total.generated = datetime.now(timezone.utc)
     total.window = job.window
     for part in _run(job, _pieces(sources), jobs):

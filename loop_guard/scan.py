@@ -1,8 +1,8 @@
 """`loop-guard scan`: where the guard would have steered, blocked and stopped, offline.
 
 Replays recorded conversations (conversation files and LangGraph checkpoint databases, read
-by `loop_guard._readers`) through the engine with the current configuration, and prints
-what the guard would have done, as a table or as JSON.
+by `loop_guard._readers`; traces, by `loop_guard._traces`) through the engine with the current
+configuration, and prints what the guard would have done, as a table or as JSON.
 """
 
 from __future__ import annotations
