@@ -6,7 +6,7 @@
 # a fresh working directory, waits until it answers, and prints its URL on stdout (everything
 # else goes to stderr):
 #
-#     TEST_PHOENIX_URL="$(.ci/phoenix.sh)"; export TEST_PHOENIX_URL
+#     LOOP_GUARD_TEST_PHOENIX_URL="$(.ci/phoenix.sh)"; export LOOP_GUARD_TEST_PHOENIX_URL
 #
 # Idempotent: a server already answering on the port is reused, an installed environment too.
 # Settings (environment): LOOP_GUARD_PHOENIX_PORT (6019; gRPC on the next port),

@@ -656,6 +656,7 @@ _TOOL_VARIABLES = frozenset(
         "DEBUG",
         "EXAMPLE_MODEL",
         "TEST_POSTGRES_URL",
+        "TEST_PHOENIX_URL",
         "ARTIFACTS",
         "PG_PORT",
         "PG_DATA",

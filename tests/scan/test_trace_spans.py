@@ -22,7 +22,7 @@ from tests.support.cli import run_cli
 pytest.importorskip("openinference.instrumentation.langchain",
                     reason="the dev extra's openinference-instrumentation-langchain")  # fmt: skip
 
-PHOENIX = os.environ.get("TEST_PHOENIX_URL")
+PHOENIX = os.environ.get("LOOP_GUARD_TEST_PHOENIX_URL")
 
 
 def test_otlp_json_gives_the_checkpoints_findings(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def _spans_in(url: str, project: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(PHOENIX is None, reason="no Phoenix server: set TEST_PHOENIX_URL "
+@pytest.mark.skipif(PHOENIX is None, reason="no Phoenix server: set LOOP_GUARD_TEST_PHOENIX_URL "
                     "(.ci/phoenix.sh starts one on loopback and prints it)")  # fmt: skip
 @pytest.mark.internals("pages of 7 spans, so that the project is read over several")
 def test_a_phoenix_project_gives_the_checkpoints_findings(
