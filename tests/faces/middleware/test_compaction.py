@@ -337,7 +337,7 @@ def test_a_thread_resumed_in_a_fresh_process_keeps_its_prefix(tmp_path: Path) ->
     checkpointer = SqliteSaver(sqlite3.connect(database, check_same_thread=False))
     run(agent_of(recorder, checkpointer), "request 0", "t", "invoke")
     code = (
-        "from tests.faces.test_compaction import resume_in_a_fresh_process as resume; "
+        "from tests.faces.middleware.test_compaction import resume_in_a_fresh_process as resume; "
         f"resume({database!r})"
     )
     done = subprocess.run(
