@@ -34,7 +34,7 @@ from loop_guard import (
 )
 from loop_guard._fingerprint import args_fingerprint, result_fingerprint
 from loop_guard._history import replay
-from loop_guard.testing import ScriptedChatModel, capture_events, sequence, stubborn
+from loop_guard.testing import GuardDriver, ScriptedChatModel, capture_events, sequence, stubborn
 from tests.support.agents import (
     ToolRuns,
     ask,
@@ -268,12 +268,9 @@ def test_arbitrary_values_never_make_the_guard_raise(
 ) -> None:
     """Any args and any result: fingerprints are stable and every decision is made."""
     assert args_fingerprint(args) == args_fingerprint(args)
-    session = LoopGuard(warn_threshold=1, block_threshold=2).session("t")
+    driver = GuardDriver(LoopGuard(warn_threshold=1, block_threshold=2))
     for _ in range(3):
-        call = Call.of("tool", args)
-        verdict = session.check_call(call)
-        if type(verdict).__name__ == "Proceed":
-            session.record_result(call, Result.of(result, is_error=is_error))
+        driver.step("tool", args, result, error=is_error)
 
 
 @pytest.mark.internals(
