@@ -17,9 +17,8 @@ def step(driver: GuardDriver, tool: str, args: Any, result: str, tokens: int = 0
 
 def test_repeats_the_guard_never_steps_into_cost_nothing() -> None:
     """A check re-run once with the same answer, then other work: healthy, uncharged."""
-    guard = LoopGuard()
-    driver = GuardDriver(guard)
-    session = driver.session
+    driver = GuardDriver(LoopGuard())
+    guard, session = driver.guard, driver.session
     for path in ["a", "a", "b", "c", "d", "d", "e"]:
         step(driver, "read", {"p": path}, f"text of {path}", tokens=50)
     assert guard.stats.steers == 0
@@ -28,8 +27,8 @@ def test_repeats_the_guard_never_steps_into_cost_nothing() -> None:
 
 
 def test_a_polled_result_that_changes_costs_nothing() -> None:
-    guard = LoopGuard()
-    driver = GuardDriver(guard)
+    driver = GuardDriver(LoopGuard())
+    guard = driver.guard
     for n in range(12):
         step(driver, "job_status", {"job": "7"}, f"{n * 10}% done", tokens=20)
     assert guard.stats.cost == LoopCost()
@@ -39,8 +38,8 @@ def test_a_streak_is_charged_from_its_first_repeat_at_the_steer() -> None:
     """Steered at the 3rd identical step: its 2nd and 3rd are charged then, with their
     tokens; the 1st call was not a repeat."""
     events: list[Any] = []
-    guard = LoopGuard(on_event=events.append, warn_threshold=3)
-    driver = GuardDriver(guard)
+    driver = GuardDriver(LoopGuard(on_event=events.append, warn_threshold=3))
+    guard = driver.guard
     for tokens in (10, 20, 30):
         step(driver, "read", {"p": "a"}, "same", tokens)
     assert [e.kind for e in events] == ["steer"]
@@ -50,9 +49,8 @@ def test_a_streak_is_charged_from_its_first_repeat_at_the_steer() -> None:
 
 
 def test_a_loop_ends_with_the_first_step_that_is_no_repeat() -> None:
-    guard = LoopGuard(warn_threshold=3)
-    driver = GuardDriver(guard)
-    session = driver.session
+    driver = GuardDriver(LoopGuard(warn_threshold=3))
+    guard, session = driver.guard, driver.session
     for _ in range(3):
         step(driver, "read", {"p": "a"}, "same", 10)
     charged = guard.stats.cost
@@ -65,8 +63,8 @@ def test_a_loop_ends_with_the_first_step_that_is_no_repeat() -> None:
 def test_blocked_calls_are_saved_and_their_responses_spent() -> None:
     """Default thresholds: steer at 3, block from 5, abort at the 3rd block."""
     events: list[Any] = []
-    guard = LoopGuard(on_event=events.append)
-    driver = GuardDriver(guard)
+    driver = GuardDriver(LoopGuard(on_event=events.append))
+    guard = driver.guard
     verdicts = [step(driver, "read", {"p": "a"}, "same", 100) for _ in range(7)]
     assert verdicts == ["Proceed"] * 4 + ["Block"] * 3
     costs = [(e.kind, e.cost) for e in events]
@@ -83,9 +81,8 @@ def test_blocked_calls_are_saved_and_their_responses_spent() -> None:
 
 def test_siblings_of_a_stopped_batch_are_saved() -> None:
     """The stopping response's other calls never run: each is a tool run saved."""
-    guard = LoopGuard(warn_threshold=1, block_threshold=2, abort_threshold=1)
-    driver = GuardDriver(guard)
-    session = driver.session
+    driver = GuardDriver(LoopGuard(warn_threshold=1, block_threshold=2, abort_threshold=1))
+    guard, session = driver.guard, driver.session
     step(driver, "read", {"p": "a"}, "same")
     loop, other = Call.of("read", {"p": "a"}), Call.of("ls", {})
     verdicts = session.check_batch([other, loop], 7)
@@ -97,8 +94,7 @@ def test_siblings_of_a_stopped_batch_are_saved() -> None:
 
 def test_a_cycle_is_charged_from_its_second_lap() -> None:
     events: list[Any] = []
-    guard = LoopGuard(on_event=events.append)
-    driver = GuardDriver(guard)
+    driver = GuardDriver(LoopGuard(on_event=events.append))
     laps = 0
     while not events:
         step(driver, "read", {"p": "a"}, "A", 1)
@@ -111,8 +107,7 @@ def test_a_cycle_is_charged_from_its_second_lap() -> None:
 
 
 def test_the_cost_outlives_a_snapshot() -> None:
-    guard = LoopGuard(warn_threshold=3)
-    driver = GuardDriver(guard)
+    driver = GuardDriver(LoopGuard(warn_threshold=3))
     session = driver.session
     for _ in range(4):
         step(driver, "read", {"p": "a"}, "same", 5)
@@ -131,9 +126,8 @@ def test_the_cost_outlives_a_snapshot() -> None:
 
 
 def test_a_new_request_starts_at_no_cost_and_the_stats_keep_the_total() -> None:
-    guard = LoopGuard(warn_threshold=2)
-    driver = GuardDriver(guard)
-    session = driver.session
+    driver = GuardDriver(LoopGuard(warn_threshold=2))
+    guard, session = driver.guard, driver.session
     for request in ("r1", "r2"):
         session.start_request(request)
         for _ in range(2):
@@ -146,9 +140,8 @@ def test_what_compaction_kept_out_is_charged_to_the_request_and_its_events() -> 
     """Kept out of two model calls' contexts: the request's cost, the stats (under
     `(context)`), and the cost a later steer carries; nothing kept out is no charge."""
     events: list[Any] = []
-    guard = LoopGuard(on_event=events.append, warn_threshold=2)
-    driver = GuardDriver(guard)
-    session = driver.session
+    driver = GuardDriver(LoopGuard(on_event=events.append, warn_threshold=2))
+    guard, session = driver.guard, driver.session
     session.kept_out(4_000, tokens=1_000)
     session.kept_out(0)
     session.kept_out(4_000, tokens=1_000)

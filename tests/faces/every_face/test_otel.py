@@ -25,9 +25,7 @@ from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
-    InMemorySpanExporter,
-)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 # The global providers can be set once per process: this module sets both, for all its tests.
 SPANS = InMemorySpanExporter()
@@ -126,6 +124,7 @@ def test_outside_any_span_only_the_counters_move() -> None:
     assert SPANS.get_finished_spans() == ()
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_without_opentelemetry_nothing_imports_it() -> None:
     """With `opentelemetry` not importable, a guard steers as before and never tries it."""
     script = textwrap.dedent(
