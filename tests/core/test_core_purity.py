@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import loop_guard
+import pytest
 
 CORE = [
     "_config",

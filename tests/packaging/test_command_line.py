@@ -11,7 +11,11 @@ from importlib.metadata import version
 from pathlib import Path
 
 import loop_guard
-from tests.scan.test_scan import openai_healthy, openai_loop, scan, write
+
+from tests.scan.test_scan import openai_healthy
+from tests.scan.test_scan import openai_loop
+from tests.scan.test_scan import scan
+from tests.scan.test_scan import write
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:

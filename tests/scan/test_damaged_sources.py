@@ -17,7 +17,10 @@ from typing import Any
 
 import ormsgpack
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck
+from hypothesis import example
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from tests.scan.test_scan import openai_loop
