@@ -348,8 +348,8 @@ class GuardDriver:
         return type(verdict).__name__
 
     def step(self, tool: str, args: Any, result: Any, *, error: bool = False) -> str:
-        """One call on its own, as a wrapped tool sees it (no model response declared);
-        the verdict's kind: `"Proceed"`, `"Block"` or `"Stop"`."""
+        """One call on its own, with no model response declared around it; the verdict's
+        kind: `"Proceed"`, `"Block"` or `"Stop"`."""
         call = self._call(tool, args)
         return self._record(call, self.session.check_call(call), result, error)
 
@@ -364,10 +364,11 @@ class GuardDriver:
     ) -> list[str]:
         """One model response of several calls (it cost `tokens`); each verdict's kind.
 
-        The calls are checked in their order, each when it comes (as a graph's tool node
-        meets them), or all before any runs with `together` (as the middleware does: a
-        stop then blocks the siblings before it too). Results are recorded in `order`
-        (indexes into `steps`; by default theirs); `errors[i]` marks the i-th an error.
+        The response is declared, then its calls checked one by one in their order; with
+        `together`, all are decided before any runs (`Session.check_batch`, as the
+        middleware does: a stop then blocks the siblings before it too). Results are
+        recorded in `order` (indexes into `steps`; by default theirs); `errors[i]` marks
+        the i-th an error.
         """
         calls = [self._call(tool, args) for tool, args, _ in steps]
         if together:
