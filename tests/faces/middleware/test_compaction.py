@@ -48,6 +48,7 @@ from loop_guard.testing import ScriptedChatModel
 from loop_guard.testing import capture_events
 from loop_guard.testing import tool_calls_message
 
+from tests.support import ROOT
 from tests.support.agents import assert_valid_history
 from tests.support.agents import build_graph
 
@@ -55,7 +56,6 @@ BIG = "".join(f"line {n:04}: the same four kilobytes every time\n" for n in rang
 MARK = "[Identical to the result of "
 HEALTHY_STEPS = 10  # distinct calls before each request's loop
 REQUESTS = 3
-REPO = Path(__file__).resolve().parents[2]
 
 
 def make_tools() -> list[BaseTool]:
@@ -346,7 +346,7 @@ def test_a_thread_resumed_in_a_fresh_process_keeps_its_prefix(tmp_path: Path) ->
         f"resume({database!r})"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     resumed = [messages_from_dict(sent) for sent in json.loads(done.stdout.splitlines()[-1])]
     assert_prefix_stable([*recorder.sent, *resumed])
