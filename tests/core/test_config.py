@@ -12,10 +12,8 @@ import re
 import warnings
 
 import pytest
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardConfig
-from loop_guard import LoopGuardConfigWarning
-from loop_guard import _config
+
+from loop_guard import LoopGuard, LoopGuardConfig, LoopGuardConfigWarning, _config
 
 
 def test_defaults_match_the_pi_extension() -> None:
@@ -276,8 +274,7 @@ def test_every_setting_is_a_typed_keyword() -> None:
     """`LoopGuardOptions` holds every `LoopGuardConfig` field and nothing else, each one
     optional, and it types the keywords of `LoopGuard` and `LoopGuardMiddleware`, so an
     editor completes them and a type checker checks them."""
-    from loop_guard import LoopGuardMiddleware
-    from loop_guard import LoopGuardOptions
+    from loop_guard import LoopGuardMiddleware, LoopGuardOptions
 
     fields = {field.name for field in dataclasses.fields(LoopGuardConfig)}
     assert LoopGuardOptions.__optional_keys__ == fields

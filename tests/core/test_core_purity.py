@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import loop_guard
 import pytest
+
+import loop_guard
 
 CORE = [
     "_config",

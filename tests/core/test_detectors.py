@@ -10,16 +10,19 @@ import logging
 from typing import Any
 
 import pytest
-from loop_guard import Call
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardConfig
-from loop_guard import LoopGuardConfigWarning
-from loop_guard import Proceed
-from loop_guard import Result
-from loop_guard import ToolPolicy
-from loop_guard import _config
-from loop_guard import normalize_fresh
-from loop_guard import normalize_volatile
+
+from loop_guard import (
+    Call,
+    LoopGuard,
+    LoopGuardConfig,
+    LoopGuardConfigWarning,
+    Proceed,
+    Result,
+    ToolPolicy,
+    _config,
+    normalize_fresh,
+    normalize_volatile,
+)
 from loop_guard._engine import Engine
 from loop_guard._langchain import result_of
 from loop_guard._state import RequestState

@@ -9,14 +9,8 @@ import threading
 from typing import Any
 
 import pytest
-from loop_guard import Block
-from loop_guard import Call
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardConfig
-from loop_guard import Proceed
-from loop_guard import Result
-from loop_guard import Stop
+
+from loop_guard import Block, Call, GuardEvent, LoopGuard, LoopGuardConfig, Proceed, Result, Stop
 from loop_guard.testing import GuardDriver
 
 THREAD = "thread-1"

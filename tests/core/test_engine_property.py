@@ -4,19 +4,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import given
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from loop_guard import Call
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardConfig
-from loop_guard import Proceed
-from loop_guard import Result
 
+from loop_guard import Call, LoopGuard, LoopGuardConfig, Proceed, Result
 from tests.support import examples
 
 TOOLS = ["read", "ls", "todo"]

@@ -17,10 +17,9 @@ import pydantic
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from loop_guard import Call
-from loop_guard import _fingerprint
-from loop_guard._fingerprint import args_fingerprint
-from loop_guard._fingerprint import result_fingerprint
+
+from loop_guard import Call, _fingerprint
+from loop_guard._fingerprint import args_fingerprint, result_fingerprint
 
 # Keys as a model may send them, tag lookalikes and `$`-escaped lookalikes included.
 _json_keys = (

@@ -5,14 +5,11 @@ handoff, as far back as a live face reads it, so it decides as one uninterrupted
 from __future__ import annotations
 
 import pytest
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
 from loop_guard import LoopGuardConfig
 from loop_guard._engine import Engine
-from loop_guard._history import replay
-from loop_guard._history import up_to_date
+from loop_guard._history import replay, up_to_date
 from loop_guard._langchain import HANDOFF_KEY
 
 pytestmark = pytest.mark.internals(reason="the history's replay, which every face shares")

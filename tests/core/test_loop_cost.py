@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loop_guard import Call
-from loop_guard import LoopCost
-from loop_guard import LoopGuard
+from loop_guard import Call, LoopCost, LoopGuard
 from loop_guard._state import RequestState
 from loop_guard.testing import GuardDriver
 

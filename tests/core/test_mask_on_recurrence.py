@@ -8,9 +8,7 @@ from collections.abc import Iterable
 from loop_guard import LoopGuardConfig
 from loop_guard._engine import Engine
 from loop_guard._state import RequestState
-from loop_guard._values import Call
-from loop_guard._values import Result
-from loop_guard._values import Steer
+from loop_guard._values import Call, Result, Steer
 from loop_guard._volatile import normalize_fresh
 
 

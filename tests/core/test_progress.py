@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import ToolMessage
-from loop_guard import Call
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardConfig
-from loop_guard import ToolPolicy
+
+from loop_guard import Call, LoopGuard, LoopGuardConfig, ToolPolicy
 from loop_guard._langchain import result_of
 from loop_guard.testing import GuardDriver
 

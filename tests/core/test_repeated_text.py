@@ -5,24 +5,14 @@ reply cut for it (steer, blocks, stop), its snapshot and its cost."""
 from __future__ import annotations
 
 import pytest
-from loop_guard import Block
-from loop_guard import LoopCost
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardConfig
-from loop_guard import Steer
-from loop_guard import Stop
+
+from loop_guard import Block, LoopCost, LoopGuard, LoopGuardConfig, Steer, Stop
 from loop_guard._engine import Engine
 from loop_guard._messages import REPLY
-from loop_guard._repeated_text import TextWatch
-from loop_guard._repeated_text import find_repetition
+from loop_guard._repeated_text import TextWatch, find_repetition
 from loop_guard._state import RequestState
-from loop_guard.testing import GuardDriver
-from loop_guard.testing import capture_events
-
-from tests.support.texts import DIVIDERS
-from tests.support.texts import LOOPS
-from tests.support.texts import NOT_LOOPS
-from tests.support.texts import Text
+from loop_guard.testing import GuardDriver, capture_events
+from tests.support.texts import DIVIDERS, LOOPS, NOT_LOOPS, Text
 
 
 @pytest.mark.parametrize("text", LOOPS, ids=lambda text: text.name)

@@ -11,13 +11,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import loop_guard
 import pytest
-from loop_guard import Call
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardStop
-from loop_guard import Stop
+
+import loop_guard
+from loop_guard import Call, GuardEvent, LoopGuard, LoopGuardStop, Stop
 from loop_guard.testing import GuardDriver
 
 ROOT = Path(loop_guard.__file__).parent.parent

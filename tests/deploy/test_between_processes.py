@@ -16,8 +16,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 

@@ -9,19 +9,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import GuardEvent
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import tool_calls_message
 
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import guarded_agent
-from tests.support.agents import make_tools
-from tests.support.agents import timeline
+from loop_guard import GuardEvent
+from loop_guard.testing import ScriptedChatModel, tool_calls_message
+from tests.support.agents import (
+    ToolRuns,
+    ask,
+    assert_valid_history,
+    guarded_agent,
+    make_tools,
+    timeline,
+)
 
 ASYNC_CONVERSATIONS = 200
 THREADS = 16

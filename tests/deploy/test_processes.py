@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from tests.support.agents import WORKER
-from tests.support.agents import assert_valid_history
-from tests.support.agents import run_worker
+from tests.support.agents import WORKER, assert_valid_history, run_worker
 
 FACES = ["agent", "graph"]
 

@@ -7,6 +7,7 @@ threads and asyncio tasks at once); `.venv/bin/python benchmarks/soak.py` is the
 from __future__ import annotations
 
 import pytest
+
 from benchmarks import soak
 
 

@@ -11,36 +11,32 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
-from contextlib import AbstractContextManager
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardStop
-from loop_guard import aupgrade_thread
-from loop_guard import upgrade_thread
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import stubborn
 
+from loop_guard import LoopGuardMiddleware, LoopGuardStop, aupgrade_thread, upgrade_thread
+from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support import FIXTURES
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import blocked
-from tests.support.agents import final_stop
-from tests.support.agents import guarded_agent
-from tests.support.agents import needs_async_context
-from tests.support.agents import timeline
+from tests.support.agents import (
+    ask,
+    assert_valid_history,
+    blocked,
+    final_stop,
+    guarded_agent,
+    needs_async_context,
+    timeline,
+)
 
 UPGRADE_FIXTURES = FIXTURES / "upgrade"
 CONFIG: dict[str, Any] = {"configurable": {"thread_id": "t"}}

@@ -23,12 +23,9 @@ import sys
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from collections.abc import Sequence
-from dataclasses import dataclass
-from dataclasses import field
-from typing import IO
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
 
 import pytest
 

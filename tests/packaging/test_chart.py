@@ -13,11 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-from loop_guard.demo import ChartRun
-from loop_guard.demo import DemoChart
-from loop_guard.demo import chart_data
-from loop_guard.demo import plot_demo
 
+from loop_guard.demo import ChartRun, DemoChart, chart_data, plot_demo
 from tests.support import ROOT
 
 SCRIPT = ROOT / "examples" / "chart.py"

@@ -11,11 +11,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import loop_guard
-
-from tests.scan.test_scan import openai_healthy
-from tests.scan.test_scan import openai_loop
-from tests.scan.test_scan import scan
-from tests.scan.test_scan import write
+from tests.scan.test_scan import openai_healthy, openai_loop, scan, write
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:

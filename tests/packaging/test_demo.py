@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from loop_guard.cli import main
 from loop_guard.demo import run_demo
 
@@ -59,8 +60,7 @@ def test_unknown_model_gives_a_clear_message(capsys: pytest.CaptureFixture[str])
 
 def test_a_real_chat_model_runs_through_the_same_agent() -> None:
     """Any BaseChatModel can stand in for the scripted one (here: a scripted one again)."""
-    from loop_guard.testing import ScriptedChatModel
-    from loop_guard.testing import obedient
+    from loop_guard.testing import ScriptedChatModel, obedient
 
     out = io.StringIO()
     model = ScriptedChatModel(script=obedient(("read_file", {"path": "notes.md"})))

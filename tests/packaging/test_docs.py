@@ -17,23 +17,16 @@ import sys
 import threading
 from collections.abc import Iterator
 from html.parser import HTMLParser
-from http.server import SimpleHTTPRequestHandler
-from http.server import ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote
-from urllib.parse import urljoin
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
-from loop_guard import GUARD_NAME
 
+from loop_guard import GUARD_NAME
 from tests.support import ROOT
-from tests.support.browser import artifacts
-from tests.support.browser import chromium
-from tests.support.browser import need_chromium
-from tests.support.snippets import run_snippets
-from tests.support.snippets import snippets
-from tests.support.snippets import user_namespace
+from tests.support.browser import artifacts, chromium, need_chromium
+from tests.support.snippets import run_snippets, snippets, user_namespace
 
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))

@@ -16,12 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loop_guard import GUARD_NAME
-from loop_guard import Steer
 
+from loop_guard import GUARD_NAME, Steer
 from tests.support import ROOT
-from tests.support.snippets import DEEPAGENTS
-from tests.support.snippets import snippets
+from tests.support.snippets import DEEPAGENTS, snippets
 
 README = ROOT / "README.md"
 # `print(...)  # what it prints`: the comment is the start of the line printed.

@@ -13,13 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loop_guard._report_page import render_page
 
+from loop_guard._report_page import render_page
 from tests.support.browser import ReportPage as Page
-from tests.support.browser import artifacts
-from tests.support.browser import chromium
-from tests.support.browser import measured
-from tests.support.browser import need_chromium
+from tests.support.browser import artifacts, chromium, measured, need_chromium
 
 pytestmark = pytest.mark.internals(reason="renders report dicts the tests build themselves")
 

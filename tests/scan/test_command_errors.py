@@ -16,15 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import loop_guard.scan
 import ormsgpack
 import pytest
 from langchain_core.messages import BaseMessage
-from loop_guard.testing import ScriptedChatModel
 
-from tests.scan.test_scan import openai_healthy
-from tests.scan.test_scan import openai_loop
-from tests.scan.test_scan import write
+import loop_guard.scan
+from loop_guard.testing import ScriptedChatModel
+from tests.scan.test_scan import openai_healthy, openai_loop, write
 from tests.support.cli import run_cli
 from tests.support.fleet import sqlite_fleet
 

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evals.conversations import THREADS
-from evals.conversations import Outcome
-from evals.conversations import scan
-from evals.conversations import table
-from evals.conversations import targets
+from evals.conversations import THREADS, Outcome, scan, table, targets
 
 PAGE = Path(__file__).resolve().parents[2] / "evals" / "CONVERSATIONS.md"
 

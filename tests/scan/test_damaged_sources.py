@@ -17,10 +17,7 @@ from typing import Any
 
 import ormsgpack
 import pytest
-from hypothesis import HealthCheck
-from hypothesis import example
-from hypothesis import given
-from hypothesis import settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.scan.test_scan import openai_loop

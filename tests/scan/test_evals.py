@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from evals.traces import DEFAULT_TRACES
-from evals.traces import Row
-from evals.traces import evaluate
-from evals.traces import summary
-from evals.traces import table
+
+from evals.traces import DEFAULT_TRACES, Row, evaluate, summary, table
 from loop_guard import LoopGuardConfig
 
 pytestmark = pytest.mark.skipif(

@@ -13,17 +13,10 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from loop_guard import LoopGuardConfig
-from loop_guard.scan import EXIT_LOOP
-from loop_guard.scan import load
-from loop_guard.scan import run_scan
 
-from tests.support.fleet import HEALTHY
-from tests.support.fleet import KINDS
-from tests.support.fleet import LOOPS
-from tests.support.fleet import FleetTruth
-from tests.support.fleet import postgres_fleet
-from tests.support.fleet import sqlite_fleet
+from loop_guard import LoopGuardConfig
+from loop_guard.scan import EXIT_LOOP, load, run_scan
+from tests.support.fleet import HEALTHY, KINDS, LOOPS, FleetTruth, postgres_fleet, sqlite_fleet
 
 THREADS = 300
 

@@ -10,42 +10,22 @@ import contextlib
 import json
 import re
 import sqlite3
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
-from langgraph_swarm import create_handoff_tool
-from langgraph_swarm import create_swarm
-from loop_guard.testing import Script
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import sequence
-from loop_guard.testing import stubborn
-from loop_guard.testing import tool_calls_message
+from langgraph_swarm import create_handoff_tool, create_swarm
 
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import make_tools
-from tests.support.browser import ReportPage
-from tests.support.browser import artifacts
-from tests.support.browser import chromium
-from tests.support.browser import measured
-from tests.support.browser import need_chromium
+from loop_guard.testing import Script, ScriptedChatModel, sequence, stubborn, tool_calls_message
+from tests.support.agents import ToolRuns, ask, make_tools
+from tests.support.browser import ReportPage, artifacts, chromium, measured, need_chromium
 from tests.support.cli import run_cli
-from tests.support.talk import DONE
-from tests.support.talk import NUMBER
-from tests.support.talk import Lines
-from tests.support.talk import bounce
-from tests.support.talk import guessing
-from tests.support.talk import review
-from tests.support.talk import speakers
+from tests.support.talk import DONE, NUMBER, Lines, bounce, guessing, review, speakers
 
 
 def record_swarm(

@@ -12,17 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loop_guard import LoopCost
-from loop_guard import LoopGuardConfig
+
+from loop_guard import LoopCost, LoopGuardConfig
 from loop_guard._readers import load
 from loop_guard.cli import main
 from loop_guard.report import build_report
-from loop_guard.scan import Report
-from loop_guard.scan import scan_conversation
-
-from tests.support.fleet import FleetTruth
-from tests.support.fleet import postgres_fleet
-from tests.support.fleet import sqlite_fleet
+from loop_guard.scan import Report, scan_conversation
+from tests.support.fleet import FleetTruth, postgres_fleet, sqlite_fleet
 
 THREADS = 2000
 pytestmark = pytest.mark.slow
@@ -175,10 +171,7 @@ def test_the_fleets_page_renders_in_a_browser(
 ) -> None:
     """The page of the generated fleet, opened in headless Chromium: every chart, and a
     timeline per worst thread with the guard's marks; its screenshot is kept."""
-    from tests.support.browser import ReportPage
-    from tests.support.browser import artifacts
-    from tests.support.browser import chromium
-    from tests.support.browser import need_chromium
+    from tests.support.browser import ReportPage, artifacts, chromium, need_chromium
 
     need_chromium()
     path, _ = fleet

@@ -13,17 +13,13 @@ from typing import Any
 import pytest
 from langchain_core.messages import messages_to_dict
 from langgraph.checkpoint.sqlite import SqliteSaver
+
 from loop_guard import LoopGuardConfig
 from loop_guard.cli import main
-from loop_guard.scan import Conversation
-from loop_guard.scan import load
-from loop_guard.scan import run_scan
-from loop_guard.scan import scan_conversation
-
+from loop_guard.scan import Conversation, load, run_scan, scan_conversation
 from tests.support.agents import record_unguarded_loops
 from tests.support.cli import run_cli
-from tests.support.texts import LOOPS
-from tests.support.texts import NOT_LOOPS
+from tests.support.texts import LOOPS, NOT_LOOPS
 
 
 def openai_call(n: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -271,9 +267,7 @@ def test_progress_is_shown_on_a_terminal_only(tmp_path: Path) -> None:
 
 def test_scan_conversation_directly() -> None:
     """The scanner is usable from Python on LangChain messages."""
-    from langchain_core.messages import AIMessage
-    from langchain_core.messages import HumanMessage
-    from langchain_core.messages import ToolMessage
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
     messages: list[Any] = [HumanMessage("go")]
     for n in range(5):
@@ -385,14 +379,12 @@ def test_the_scan_says_what_compaction_would_keep_out_of_each_model_call(tmp_pat
     messages before its reply, and what `compact_repeats` keeps out of each is summed, its
     tokens at the call's rate (its reported input tokens per character it was sent)."""
     from langchain.agents import create_agent
-    from langchain_core.messages import BaseMessage
-    from langchain_core.messages import HumanMessage
+    from langchain_core.messages import BaseMessage, HumanMessage
     from langchain_core.tools import tool
     from langgraph.errors import GraphRecursionError
+
     from loop_guard import compact_repeats
-    from loop_guard.testing import ScriptedChatModel
-    from loop_guard.testing import stubborn
-    from loop_guard.testing import with_usage
+    from loop_guard.testing import ScriptedChatModel, stubborn, with_usage
 
     @tool
     def read_file(path: str) -> str:

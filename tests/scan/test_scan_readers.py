@@ -19,25 +19,19 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import loop_guard.scan
 import ormsgpack
 import pytest
 from langchain_core.load import dumpd
-from langchain_core.messages import AIMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
-from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.base import empty_checkpoint
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.checkpoint.serde.jsonplus import _msgpack_default
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer, _msgpack_default
 from langgraph.checkpoint.sqlite import SqliteSaver
-from loop_guard import LoopGuardConfig
-from loop_guard import ToolPolicy
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from tests.support import ROOT
-from tests.support import slow_except
+import loop_guard.scan
+from loop_guard import LoopGuardConfig, ToolPolicy
+from tests.support import ROOT, slow_except
 from tests.support.agents import record_unguarded_loops
 from tests.support.cli import run_cli
 
@@ -270,8 +264,7 @@ def postgres_server() -> str:
 def postgres(postgres_server: str) -> Iterator[str]:
     """A fresh database of its own, dropped afterwards: the URL to it."""
     import psycopg
-    from psycopg.conninfo import conninfo_to_dict
-    from psycopg.conninfo import make_conninfo
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     name = f"loop_guard_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres_server, autocommit=True) as admin:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import datetime
-from datetime import timedelta
-from datetime import timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 

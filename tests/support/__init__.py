@@ -3,8 +3,7 @@ by path, fixtures, the repository's root, and what the quick suite samples."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 

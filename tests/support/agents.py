@@ -9,37 +9,29 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable
-from langchain_core.tools import BaseTool
-from langchain_core.tools import ToolException
-from langchain_core.tools import tool
-from langgraph.graph import END
-from langgraph.graph import START
-from langgraph.graph import MessagesState
-from langgraph.graph import StateGraph
-from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt import tools_condition
-from loop_guard import GUARD_NAME
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardNode
-from loop_guard import guard_tools
+from langchain_core.tools import BaseTool, ToolException, tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from loop_guard import (
+    GUARD_NAME,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    LoopGuardNode,
+    guard_tools,
+)
 
 Mode = Literal["invoke", "ainvoke", "stream", "astream"]
 MODES: tuple[Mode, ...] = ("invoke", "ainvoke", "stream", "astream")
@@ -337,8 +329,8 @@ def record_unguarded_loops(checkpointer: Any, threads: Sequence[str]) -> None:
     `threads` of `checkpointer`: looping threads for the scan to find."""
     from langchain.agents import create_agent  # the `agents` extra, for these faces only
     from langgraph.errors import GraphRecursionError
-    from loop_guard.testing import ScriptedChatModel
-    from loop_guard.testing import stubborn
+
+    from loop_guard.testing import ScriptedChatModel, stubborn
 
     agent = create_agent(
         ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"}))),

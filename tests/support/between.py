@@ -5,41 +5,30 @@ of one's own, and a supervisor with its worker. Only the chat models are scripte
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from collections.abc import Sequence
-from typing import Annotated
-from typing import Any
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal
 
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool
-from langchain_core.tools import InjectedToolCallId
-from langchain_core.tools import tool
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END
-from langgraph.graph import START
-from langgraph.graph import MessagesState
-from langgraph.graph import StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 from langgraph_supervisor import create_handoff_tool as create_delegation_tool
 from langgraph_supervisor import create_supervisor
-from langgraph_swarm import create_handoff_tool
-from langgraph_swarm import create_swarm
-from loop_guard import ExitBehavior
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardNode
-from loop_guard import guard_tools
-from loop_guard.testing import Script
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import stubborn
+from langgraph_swarm import create_handoff_tool, create_swarm
+
+from loop_guard import (
+    ExitBehavior,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    LoopGuardNode,
+    guard_tools,
+)
+from loop_guard.testing import Script, ScriptedChatModel, stubborn
 
 TASKS = 10  # how many tasks the graphs of agents with new work to do get through
 

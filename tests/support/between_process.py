@@ -65,15 +65,16 @@ async def _arun(store: str, thread: str, shape: str, resumes: int) -> tuple[Any,
 def _app(shape: str, checkpointer: Any) -> tuple[Any, Callable[[], list[str]], list[Any]]:
     """The graph of `shape`, the kinds of the events its guards published so far, and the
     callbacks its runs are given."""
-    from tests.support.between import HandlerPingPong
-    from tests.support.between import HandlerSupervisor
-    from tests.support.between import Network
-    from tests.support.between import PingPong
-    from tests.support.between import Supervisor
+    from tests.support.between import (
+        HandlerPingPong,
+        HandlerSupervisor,
+        Network,
+        PingPong,
+        Supervisor,
+    )
 
     if shape.startswith("chat-"):
-        from tests.support.talk import Chat
-        from tests.support.talk import guessing
+        from tests.support.talk import Chat, guessing
 
         chat = Chat(shape.removeprefix("chat-"), guessing(), checkpointer=checkpointer,  # type: ignore[arg-type]
                     interrupt_before=["bob"])  # fmt: skip

@@ -10,22 +10,14 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Callable
-from collections.abc import Iterator
-from contextlib import AbstractContextManager
-from contextlib import contextmanager
-from contextlib import nullcontext
-from dataclasses import dataclass
-from dataclasses import field
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
-from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.base import empty_checkpoint
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE
 

@@ -18,9 +18,9 @@ from typing import Any
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
+
 from loop_guard.demo import demo_tools
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import obedient
+from loop_guard.testing import ScriptedChatModel, obedient
 
 SNIPPET = re.compile(r"```python\n(.*?)```", re.DOTALL)
 # deepagents needs Python 3.11, so its snippets run only where it is installed.

@@ -9,32 +9,24 @@ network of one's own with `LoopGuardNode`. Only the chat models are scripted."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from collections.abc import Sequence
-from typing import Annotated
-from typing import Any
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal
 
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool
-from langchain_core.tools import InjectedToolCallId
-from langchain_core.tools import tool
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from langgraph_swarm import create_handoff_tool
-from langgraph_swarm import create_swarm
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardMiddleware
-from loop_guard import guard_tools
-from loop_guard.testing import Script
-from loop_guard.testing import ScriptedChatModel
+from langgraph_swarm import create_handoff_tool, create_swarm
 
+from loop_guard import (
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    guard_tools,
+)
+from loop_guard.testing import Script, ScriptedChatModel
 from tests.support.between import Network
 
 Face = Literal["middleware", "handler", "node"]

@@ -29,14 +29,9 @@ def main(database: str, thread: str, face: str, action: str, steps: int) -> None
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
     from langchain_core.tools import BaseTool
     from langgraph.checkpoint.sqlite import SqliteSaver
-    from loop_guard.testing import ScriptedChatModel
-    from loop_guard.testing import stubborn
 
-    from tests.support.agents import ToolRuns
-    from tests.support.agents import ask
-    from tests.support.agents import guarded_agent
-    from tests.support.agents import make_tools
-    from tests.support.agents import timeline
+    from loop_guard.testing import ScriptedChatModel, stubborn
+    from tests.support.agents import ToolRuns, ask, guarded_agent, make_tools, timeline
 
     class Slow(ToolRuns):
         def hit(self, name: str) -> None:

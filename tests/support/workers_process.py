@@ -41,8 +41,7 @@ import sys
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Any
-from typing import TextIO
+from typing import Any, TextIO
 
 FINISH_LIMIT = 100  # resumes: far more than a guarded request needs, a backstop otherwise
 
@@ -78,12 +77,9 @@ class Worker:
 
     def __init__(self, url: str, face: str, mode: str, stack: contextlib.ExitStack) -> None:
         from langchain_core.tools import BaseTool
-        from loop_guard.testing import ScriptedChatModel
-        from loop_guard.testing import stubborn
 
-        from tests.support.agents import ToolRuns
-        from tests.support.agents import guarded_agent
-        from tests.support.agents import make_tools
+        from loop_guard.testing import ScriptedChatModel, stubborn
+        from tests.support.agents import ToolRuns, guarded_agent, make_tools
 
         self.mode = mode
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -115,9 +111,7 @@ class Worker:
     def serve(self, command: dict[str, Any]) -> dict[str, Any]:
         """Run one command on its thread; what the thread looks like afterwards."""
         from loop_guard import LoopGuardStop
-
-        from tests.support.agents import ask
-        from tests.support.agents import timeline
+        from tests.support.agents import ask, timeline
 
         op = command["op"]
         thread = str(command.get("thread", ""))

@@ -14,24 +14,14 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from evals.catalogue import SCENARIOS
-from evals.catalogue import THREAD
-from evals.catalogue import Recorder
-from evals.catalogue import Scenario
-from evals.catalogue import split
-from evals.catalogue import toolbox
-from evals.catalogue import via_middleware
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardStop
-from loop_guard.testing import ScriptedChatModel
 
+from evals.catalogue import SCENARIOS, THREAD, Recorder, Scenario, split, toolbox, via_middleware
+from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardStop
+from loop_guard.testing import ScriptedChatModel
 from tests.support import slow_except
-from tests.support.agents import assert_valid_history
-from tests.support.agents import build_graph
-from tests.support.agents import timeline
+from tests.support.agents import assert_valid_history, build_graph, timeline
 
 
 def via_graph(

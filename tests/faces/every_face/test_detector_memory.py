@@ -10,24 +10,19 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
-from langchain_core.tools import BaseTool
-from langchain_core.tools import ToolException
-from langchain_core.tools import tool
+from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardStop
-from loop_guard import guard_tools
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import sequence
 
-from tests.support.agents import Mode
-from tests.support.agents import assert_valid_history
-from tests.support.agents import build_graph
-from tests.support.agents import final_stop
-from tests.support.agents import run
+from loop_guard import (
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    LoopGuardStop,
+    guard_tools,
+)
+from loop_guard.testing import ScriptedChatModel, sequence
+from tests.support.agents import Mode, assert_valid_history, build_graph, final_stop, run
 
 BOOK = ("book", {"flight": "HAT030"})
 SEARCH = ("search", {"route": "LAX-ORD"})

@@ -10,35 +10,32 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END
-from langgraph.graph import START
-from langgraph.graph import MessagesState
-from langgraph.graph import StateGraph
-from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt import tools_condition
-from loop_guard import GUARD_NAME
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardNode
-from loop_guard import LoopGuardStop
-from loop_guard import guard_tools
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import obedient
-from loop_guard.testing import stubborn
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
 
-from tests.support.agents import Mode
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import final_stop
-from tests.support.agents import make_tools
-from tests.support.agents import run
-from tests.support.agents import steers
+from loop_guard import (
+    GUARD_NAME,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    LoopGuardNode,
+    LoopGuardStop,
+    guard_tools,
+)
+from loop_guard.testing import ScriptedChatModel, obedient, stubborn
+from tests.support.agents import (
+    Mode,
+    ToolRuns,
+    ask,
+    assert_valid_history,
+    final_stop,
+    make_tools,
+    run,
+    steers,
+)
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
 THREAD: Any = {"configurable": {"thread_id": "t"}}

@@ -12,17 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loop_guard import LoopGuardConfigWarning
-from loop_guard import _config
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import stubborn
 
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import guarded_agent
-from tests.support.agents import make_tools
-from tests.support.agents import run
-from tests.support.agents import timeline
+from loop_guard import LoopGuardConfigWarning, _config
+from loop_guard.testing import ScriptedChatModel, stubborn
+from tests.support.agents import ToolRuns, ask, guarded_agent, make_tools, run, timeline
 
 BAD_VALUES = [
     {"LOOP_GUARD_WARN_THRESHOLD": "abc"},

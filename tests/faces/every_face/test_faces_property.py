@@ -24,46 +24,33 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck
-from hypothesis import assume
-from hypothesis import given
-from hypothesis import settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware
-from langchain.agents.middleware import AgentState
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import RemoveMessage
-from langchain_core.messages import ToolMessage
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import MessagesState
 from langgraph.runtime import Runtime
-from loop_guard import GUARD_NAME
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardStop
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import ToolCallSpec
-from loop_guard.testing import tool_calls_message
 from typing_extensions import override
 
-from tests.support.agents import ToolRuns
-from tests.support.agents import assert_valid_history
-from tests.support.agents import build_graph
-from tests.support.agents import make_tools
-from tests.support.agents import timeline
+from loop_guard import (
+    GUARD_NAME,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    LoopGuardStop,
+)
+from loop_guard.testing import ScriptedChatModel, ToolCallSpec, tool_calls_message
+from tests.support.agents import ToolRuns, assert_valid_history, build_graph, make_tools, timeline
 
 CALLS: list[ToolCallSpec] = [
     ("read_file", {"path": "notes.md"}),  # fails the same way every time

@@ -10,36 +10,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage
-from langchain_core.tools import BaseTool
-from langchain_core.tools import StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
-from langgraph.types import interrupt
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardStop
-from loop_guard import guard_tools
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import stubborn
+from langgraph.types import Command, interrupt
 
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import build_graph
-from tests.support.agents import current_request
-from tests.support.agents import final_stop
-from tests.support.agents import interrupt_in_async_tool
-from tests.support.agents import needs_async_context
-from tests.support.agents import steers
-from tests.support.agents import timeline
+from loop_guard import (
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    LoopGuardStop,
+    guard_tools,
+)
+from loop_guard.testing import ScriptedChatModel, stubborn
+from tests.support.agents import (
+    ToolRuns,
+    ask,
+    assert_valid_history,
+    build_graph,
+    current_request,
+    final_stop,
+    interrupt_in_async_tool,
+    needs_async_context,
+    steers,
+    timeline,
+)
 
 FETCH = ("fetch", {"url": "example.com"})
 APPROVED = "approved"

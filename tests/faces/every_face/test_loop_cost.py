@@ -12,31 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
-from langchain_core.messages import messages_to_dict
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    messages_to_dict,
+)
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
-from loop_guard import GuardEvent
-from loop_guard import LoopCost
-from loop_guard import LoopGuardConfig
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardStop
-from loop_guard._readers import Conversation
-from loop_guard.scan import print_table
-from loop_guard.scan import scan_conversation
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import stubborn
-from loop_guard.testing import with_usage
 
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import guarded_agent
-from tests.support.agents import make_tools
-from tests.support.agents import needs_async_context
+from loop_guard import GuardEvent, LoopCost, LoopGuardConfig, LoopGuardMiddleware, LoopGuardStop
+from loop_guard._readers import Conversation
+from loop_guard.scan import print_table, scan_conversation
+from loop_guard.testing import ScriptedChatModel, stubborn, with_usage
+from tests.support.agents import ToolRuns, ask, guarded_agent, make_tools, needs_async_context
 
 READ = ("read_file", {"path": "a.txt"})
 USAGE = {"input_tokens": 90, "output_tokens": 10, "total_tokens": 100}

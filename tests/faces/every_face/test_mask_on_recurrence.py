@@ -6,26 +6,17 @@ or in the guard's cache of last results (wrapped tools, handler)."""
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
-from typing import Any
+from typing import Annotated, Any
 
-import loop_guard._volatile as volatile
 import pytest
 from langchain.agents import create_agent
-from langchain_core.tools import BaseTool
-from langchain_core.tools import InjectedToolCallId
-from langchain_core.tools import tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardMiddleware
-from loop_guard import guard_tools
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import sequence
 
-from tests.support.agents import Mode
-from tests.support.agents import build_graph
-from tests.support.agents import run
+import loop_guard._volatile as volatile
+from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardMiddleware, guard_tools
+from loop_guard.testing import ScriptedChatModel, sequence
+from tests.support.agents import Mode, build_graph, run
 
 FACES = ("middleware", "tools+node", "tools+handler")
 

@@ -13,19 +13,10 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import GuardEvent
-from loop_guard import LoopCost
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardMiddleware
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import capture_events
-from loop_guard.testing import stubborn
 
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import build_graph
-from tests.support.agents import make_tools
-from tests.support.agents import needs_async_context
+from loop_guard import GuardEvent, LoopCost, LoopGuard, LoopGuardMiddleware
+from loop_guard.testing import ScriptedChatModel, capture_events, stubborn
+from tests.support.agents import ToolRuns, ask, build_graph, make_tools, needs_async_context
 
 READ = ("read_file", {"path": "notes.md"})
 KINDS = ["steer", "block", "block", "block", "stop"]
@@ -146,8 +137,7 @@ def test_counters_through_the_graph() -> None:
 @pytest.mark.internals(reason="the custom-event sink itself")
 def test_the_engine_alone_dispatches_nothing_and_does_not_fail() -> None:
     """Outside a LangChain run there is no custom event to dispatch; nothing breaks."""
-    from loop_guard import Call
-    from loop_guard import Result
+    from loop_guard import Call, Result
     from loop_guard._langchain_sink import dispatch_event
 
     guard = LoopGuard(warn_threshold=1, block_threshold=2)

@@ -11,27 +11,22 @@ from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import LoopGuardStop
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import stubborn
 
+from loop_guard import LoopGuardStop
+from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support import ROOT
-from tests.support.agents import Mode
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import guarded_agent
-from tests.support.agents import make_tools
-from tests.support.agents import run
+from tests.support.agents import Mode, ToolRuns, ask, guarded_agent, make_tools, run
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk", reason="needs opentelemetry-sdk (dev)")
 
-from opentelemetry import metrics  # noqa: E402
-from opentelemetry import trace  # noqa: E402
+from opentelemetry import metrics, trace  # noqa: E402
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
+)
 
 # The global providers can be set once per process: this module sets both, for all its tests.
 SPANS = InMemorySpanExporter()
@@ -158,6 +153,7 @@ def test_each_event_carries_what_compaction_kept_out_of_the_context() -> None:
     carries the characters kept out of the model's context up to the stop."""
     from langchain.agents import create_agent
     from langchain_core.tools import tool
+
     from loop_guard import LoopGuardMiddleware
 
     @tool

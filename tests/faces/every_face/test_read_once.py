@@ -10,25 +10,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import loop_guard._reply_watch as reply_watch
-import loop_guard._values as values
 import pytest
 from langchain.agents import create_agent
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardMiddleware
-from loop_guard import guard_tools
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import sequence
 
-from tests.support.agents import MODES
-from tests.support.agents import Mode
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import build_graph
-from tests.support.agents import make_tools
-from tests.support.agents import run
+import loop_guard._reply_watch as reply_watch
+import loop_guard._values as values
+from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardMiddleware, guard_tools
+from loop_guard.testing import ScriptedChatModel, sequence
+from tests.support.agents import MODES, Mode, ToolRuns, ask, build_graph, make_tools, run
 
 STEPS = 6
 WIDTH = 3
@@ -93,6 +83,7 @@ def test_a_response_whose_calls_were_replaced_is_read_again() -> None:
     """Human approval edits a response by giving it new tool calls: the calls read before
     are not reused for it."""
     from langchain_core.messages import AIMessage
+
     from loop_guard._langchain import calls_of
 
     message = AIMessage("", id="r1", tool_calls=[{"name": "ls", "args": {"path": "a"}, "id": "c"}])

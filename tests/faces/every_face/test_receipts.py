@@ -15,27 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool
-from langchain_core.tools import tool
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import GuardEvent
-from loop_guard import LoopGuardConfig
-from loop_guard import LoopGuardStop
-from loop_guard.scan import Conversation
-from loop_guard.scan import scan_conversation
-from loop_guard.testing import Script
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import sequence
-from loop_guard.testing import stubborn
 
-from tests.support.agents import MODES
-from tests.support.agents import faces_and_modes
-from tests.support.agents import guarded_agent
-from tests.support.agents import run
+from loop_guard import GuardEvent, LoopGuardConfig, LoopGuardStop
+from loop_guard.scan import Conversation, scan_conversation
+from loop_guard.testing import Script, ScriptedChatModel, sequence, stubborn
+from tests.support.agents import MODES, faces_and_modes, guarded_agent, run
 
 Receipt = Callable[[int], dict[str, Any]]
 

@@ -5,50 +5,45 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from typing import Annotated
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
-from hypothesis import given
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import InjectedToolCallId
-from langchain_core.tools import ToolException
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from loop_guard import Call
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardConfig
-from loop_guard import LoopGuardConfigWarning
-from loop_guard import LoopGuardMiddleware
-from loop_guard import Result
-from loop_guard import ToolPolicy
-from loop_guard import _config
-from loop_guard import guard_tools
-from loop_guard._fingerprint import args_fingerprint
-from loop_guard._fingerprint import result_fingerprint
-from loop_guard._history import replay
-from loop_guard.testing import GuardDriver
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import capture_events
-from loop_guard.testing import sequence
-from loop_guard.testing import stubborn
 
+from loop_guard import (
+    Call,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardConfig,
+    LoopGuardConfigWarning,
+    LoopGuardMiddleware,
+    Result,
+    ToolPolicy,
+    _config,
+    guard_tools,
+)
+from loop_guard._fingerprint import args_fingerprint, result_fingerprint
+from loop_guard._history import replay
+from loop_guard.testing import GuardDriver, ScriptedChatModel, capture_events, sequence, stubborn
 from tests.support import examples
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import blocked
-from tests.support.agents import build_graph
-from tests.support.agents import current_request
-from tests.support.agents import final_stop
-from tests.support.agents import make_tools
-from tests.support.agents import timeline
+from tests.support.agents import (
+    ToolRuns,
+    ask,
+    assert_valid_history,
+    blocked,
+    build_graph,
+    current_request,
+    final_stop,
+    make_tools,
+    timeline,
+)
 
 READ = ("read_file", {"path": "notes.md"})
 

@@ -11,29 +11,24 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import LoopGuardConfig
-from loop_guard import LoopGuardStop
-from loop_guard.scan import Conversation
-from loop_guard.scan import scan_conversation
-from loop_guard.testing import Script
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import stubborn
 
-from tests.support.agents import MODES
-from tests.support.agents import Mode
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import faces_and_modes
-from tests.support.agents import guarded_agent
-from tests.support.agents import make_tools
-from tests.support.agents import run
-from tests.support.agents import timeline
+from loop_guard import LoopGuardConfig, LoopGuardStop
+from loop_guard.scan import Conversation, scan_conversation
+from loop_guard.testing import Script, ScriptedChatModel, stubborn
+from tests.support.agents import (
+    MODES,
+    Mode,
+    ToolRuns,
+    ask,
+    assert_valid_history,
+    faces_and_modes,
+    guarded_agent,
+    make_tools,
+    run,
+    timeline,
+)
 
 READ = ("read_file", {"path": "notes.md"})
 LIST = ("list_dir", {"path": "."})

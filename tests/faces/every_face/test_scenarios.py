@@ -3,26 +3,23 @@ node: both faces must make the same decisions, and the decisions must be the exp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import GuardEvent
-from loop_guard.testing import Script
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import obedient
-from loop_guard.testing import sequence
-from loop_guard.testing import stubborn
 
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import guarded_agent
-from tests.support.agents import make_tools
-from tests.support.agents import timeline
+from loop_guard import GuardEvent
+from loop_guard.testing import Script, ScriptedChatModel, obedient, sequence, stubborn
+from tests.support.agents import (
+    ToolRuns,
+    ask,
+    assert_valid_history,
+    guarded_agent,
+    make_tools,
+    timeline,
+)
 
 READ = ("read_file", {"path": "notes.md"})
 

@@ -9,20 +9,13 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool
-from langchain_core.tools import ToolException
-from langchain_core.tools import tool
+from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardMiddleware
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import sequence
 
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import build_graph
+from loop_guard import LoopGuard, LoopGuardMiddleware
+from loop_guard.testing import ScriptedChatModel, sequence
+from tests.support.agents import ask, assert_valid_history, build_graph
 
 FACES = ["middleware", "graph"]
 

@@ -12,35 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import RemoveMessage
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END
-from langgraph.graph import START
-from langgraph.graph import MessagesState
-from langgraph.graph import StateGraph
-from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt import tools_condition
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardNode
-from loop_guard import LoopGuardStop
-from loop_guard import guard_tools
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import stubborn
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
 
+from loop_guard import (
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardNode,
+    LoopGuardStop,
+    guard_tools,
+)
+from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support import slow_except
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import final_stop
-from tests.support.agents import make_tools
+from tests.support.agents import ToolRuns, ask, assert_valid_history, final_stop, make_tools
 
 Face = Literal["node", "handler"]
 KEPT = 3  # messages a trim keeps, at least: the latest response and its answers
@@ -156,8 +146,8 @@ def test_a_record_that_does_not_parse_is_passed_over(record: Any) -> None:
     """A hand-written or foreign record never crashes the agent: the history is replayed
     as if it were not there."""
     from langchain_core.messages import ToolMessage
-    from loop_guard._conversation import ConversationKey
-    from loop_guard._conversation import session_for
+
+    from loop_guard._conversation import ConversationKey, session_for
 
     STATE_KEY = "loop_guard_state"  # docs/deploying.md: the record in `response_metadata`
 

@@ -11,32 +11,24 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware.human_in_the_loop import HITLRequest
-from langchain.agents.middleware.human_in_the_loop import HITLResponse
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import ToolMessage
+from langchain.agents.middleware.human_in_the_loop import HITLRequest, HITLResponse
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
-from loop_guard import BLOCK_MARK
-from loop_guard import FINAL_ANSWER_MARK
-from loop_guard import GUARD_NAME
-from loop_guard import LoopCost
-from loop_guard import LoopGuardMiddleware
-from loop_guard._langchain import is_marked
-from loop_guard.middleware import ExitBehavior
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import ToolCallSpec
-from loop_guard.testing import capture_events
-from loop_guard.testing import stubborn
 from pydantic import TypeAdapter
 
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import make_tools
-from tests.support.agents import needs_async_context
+from loop_guard import BLOCK_MARK, FINAL_ANSWER_MARK, GUARD_NAME, LoopCost, LoopGuardMiddleware
+from loop_guard._langchain import is_marked
+from loop_guard.middleware import ExitBehavior
+from loop_guard.testing import ScriptedChatModel, ToolCallSpec, capture_events, stubborn
+from tests.support.agents import (
+    ToolRuns,
+    ask,
+    assert_valid_history,
+    make_tools,
+    needs_async_context,
+)
 
 LIST = ("list_dir", {"path": "."})
 APPROVE: HITLResponse = {"decisions": [{"type": "approve"}]}

@@ -12,24 +12,20 @@ from typing import Any
 
 import pytest
 from langchain.agents.middleware.human_in_the_loop import HITLResponse
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.types import Command
-from loop_guard.testing import stubborn
 
-from tests.faces.middleware.test_ask import LIST
-from tests.faces.middleware.test_ask import MODES
-from tests.faces.middleware.test_ask import Asking
-from tests.faces.middleware.test_ask import question
-from tests.faces.middleware.test_hitl import InterruptMode
-from tests.faces.middleware.test_hitl import Order
-from tests.faces.middleware.test_hitl import _approve
-from tests.faces.middleware.test_hitl import _asked_ids
-from tests.faces.middleware.test_hitl import build
-from tests.faces.middleware.test_hitl import refused_ids
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import needs_async_context
+from loop_guard.testing import stubborn
+from tests.faces.middleware.test_ask import LIST, MODES, Asking, question
+from tests.faces.middleware.test_hitl import (
+    InterruptMode,
+    Order,
+    _approve,
+    _asked_ids,
+    build,
+    refused_ids,
+)
+from tests.support.agents import ask, assert_valid_history, needs_async_context
 
 READ = ("read_file", {"path": "a.txt"})
 STOP: HITLResponse = {"decisions": [{"type": "reject"}]}

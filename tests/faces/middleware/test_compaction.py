@@ -13,44 +13,39 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
-from collections.abc import Iterator
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware
-from langchain.agents.middleware import ClearToolUsesEdit
-from langchain.agents.middleware import ContextEditingMiddleware
-from langchain.agents.middleware import ModelRequest
-from langchain.agents.middleware import SummarizationMiddleware
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
-from langchain_core.messages import messages_to_dict
-from langchain_core.messages import trim_messages
-from langchain_core.tools import BaseTool
-from langchain_core.tools import tool
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ClearToolUsesEdit,
+    ContextEditingMiddleware,
+    ModelRequest,
+    SummarizationMiddleware,
+)
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    messages_to_dict,
+    trim_messages,
+)
+from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from loop_guard import LoopCost
-from loop_guard import LoopGuardMiddleware
-from loop_guard import compact_repeats
-from loop_guard._state import RequestState
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import capture_events
-from loop_guard.testing import tool_calls_message
 
+from loop_guard import LoopCost, LoopGuardMiddleware, compact_repeats
+from loop_guard._state import RequestState
+from loop_guard.testing import ScriptedChatModel, capture_events, tool_calls_message
 from tests.support import ROOT
-from tests.support.agents import assert_valid_history
-from tests.support.agents import build_graph
+from tests.support.agents import assert_valid_history, build_graph
 
 BIG = "".join(f"line {n:04}: the same four kilobytes every time\n" for n in range(82))[:4096]
 MARK = "[Identical to the result of "

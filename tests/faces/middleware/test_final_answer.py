@@ -5,43 +5,38 @@ fails or the reply calls a tool, it ends with the guard's message."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware
-from langchain.agents.middleware import ModelCallLimitMiddleware
-from langchain.agents.middleware.types import ModelRequest
-from langchain.agents.middleware.types import ModelResponse
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
+from langchain.agents.middleware import AgentMiddleware, ModelCallLimitMiddleware
+from langchain.agents.middleware.types import ModelRequest, ModelResponse
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from loop_guard import FINAL_ANSWER_MARK
-from loop_guard import GUARD_NAME
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardNode
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import asked_to_answer
-from loop_guard.testing import capture_events
-from loop_guard.testing import stubborn
-from loop_guard.testing import tool_calls_message
 
-from tests.support.agents import MODES
-from tests.support.agents import Mode
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_valid_history
-from tests.support.agents import build_graph
-from tests.support.agents import final_stop
-from tests.support.agents import make_tools
-from tests.support.agents import run
-from tests.support.agents import timeline
+from loop_guard import FINAL_ANSWER_MARK, GUARD_NAME, LoopGuard, LoopGuardMiddleware, LoopGuardNode
+from loop_guard.testing import (
+    ScriptedChatModel,
+    asked_to_answer,
+    capture_events,
+    stubborn,
+    tool_calls_message,
+)
+from tests.support.agents import (
+    MODES,
+    Mode,
+    ToolRuns,
+    ask,
+    assert_valid_history,
+    build_graph,
+    final_stop,
+    make_tools,
+    run,
+    timeline,
+)
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
 ANSWER = "I could not read notes.md: it does not exist. Check the path."

@@ -13,35 +13,31 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from dataclasses import dataclass
-from dataclasses import field
-from typing import Any
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain.agents.middleware.human_in_the_loop import InterruptOnConfig
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from loop_guard import LoopGuardMiddleware
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import sequence
-from loop_guard.testing import stubborn
 
-from tests.support.agents import ReplyRecorder
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_stopped
-from tests.support.agents import assert_valid_history
-from tests.support.agents import blocked
-from tests.support.agents import final_stop
-from tests.support.agents import make_tools
-from tests.support.agents import needs_async_context
-from tests.support.agents import steers
+from loop_guard import LoopGuardMiddleware
+from loop_guard.testing import ScriptedChatModel, sequence, stubborn
+from tests.support.agents import (
+    ReplyRecorder,
+    ToolRuns,
+    ask,
+    assert_stopped,
+    assert_valid_history,
+    blocked,
+    final_stop,
+    make_tools,
+    needs_async_context,
+    steers,
+)
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
 LIST_DIR = ("list_dir", {"path": "."})

@@ -12,20 +12,13 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import GUARD_NAME
-from loop_guard import JUDGE
-from loop_guard import LoopGuardMiddleware
+
+from loop_guard import GUARD_NAME, JUDGE, LoopGuardMiddleware
 from loop_guard._judge import INSTRUCTIONS
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import capture_events
-from loop_guard.testing import steered
-from loop_guard.testing import tool_calls_message
+from loop_guard.testing import ScriptedChatModel, capture_events, steered, tool_calls_message
 
 NO_PROGRESS = '{"progress": false, "confidence": 0.95, "reason": "the same search, rephrased"}'
 USAGE = {"input_tokens": 900, "output_tokens": 30, "total_tokens": 930}

@@ -9,39 +9,40 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import HumanInTheLoopMiddleware
-from langchain.agents.middleware import SummarizationMiddleware
-from langchain.agents.middleware import ToolCallLimitMiddleware
-from langchain_core.messages import AIMessage
-from langchain_core.messages import ToolMessage
+from langchain.agents.middleware import (
+    HumanInTheLoopMiddleware,
+    SummarizationMiddleware,
+    ToolCallLimitMiddleware,
+)
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from loop_guard import GuardEvent
-from loop_guard import LoopCost
-from loop_guard import LoopGuardConfig
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardStop
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import capture_events
-from loop_guard.testing import obedient
-from loop_guard.testing import sequence
-from loop_guard.testing import stubborn
-from loop_guard.testing import tool_calls_message
 
-from tests.support.agents import MODES
-from tests.support.agents import Mode
-from tests.support.agents import ReplyRecorder
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_stopped
-from tests.support.agents import assert_valid_history
-from tests.support.agents import blocked
-from tests.support.agents import current_request
-from tests.support.agents import final_stop
-from tests.support.agents import make_tools
-from tests.support.agents import run
-from tests.support.agents import steers
+from loop_guard import GuardEvent, LoopCost, LoopGuardConfig, LoopGuardMiddleware, LoopGuardStop
+from loop_guard.testing import (
+    ScriptedChatModel,
+    capture_events,
+    obedient,
+    sequence,
+    stubborn,
+    tool_calls_message,
+)
+from tests.support.agents import (
+    MODES,
+    Mode,
+    ReplyRecorder,
+    ToolRuns,
+    ask,
+    assert_stopped,
+    assert_valid_history,
+    blocked,
+    current_request,
+    final_stop,
+    make_tools,
+    run,
+    steers,
+)
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
 THREAD: Any = {"configurable": {"thread_id": "t"}}
@@ -538,8 +539,7 @@ def test_a_model_call_run_again_by_other_middleware_publishes_each_decision_once
     `wrap_model_call` again after a failure: the steer decided on the first attempt is
     decided again, and published once (see How the guard decides: reset and scope): one warning
     in `stats`, not two."""
-    from langchain.agents.middleware import ModelFallbackMiddleware
-    from langchain.agents.middleware import ModelRetryMiddleware
+    from langchain.agents.middleware import ModelFallbackMiddleware, ModelRetryMiddleware
 
     guard = LoopGuardMiddleware()
     steered = lambda messages: any(m.name == "loop_guard" for m in messages)  # noqa: E731

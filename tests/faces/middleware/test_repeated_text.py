@@ -13,48 +13,43 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import loop_guard._turn as turn_module
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware
-from langchain.agents.middleware import ModelFallbackMiddleware
-from langchain.agents.middleware import ModelRetryMiddleware
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ModelFallbackMiddleware,
+    ModelRetryMiddleware,
+)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from loop_guard import GUARD_NAME
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardConfig
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardStop
-from loop_guard import guard_tools
+
+import loop_guard._turn as turn_module
+from loop_guard import (
+    GUARD_NAME,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardConfig,
+    LoopGuardMiddleware,
+    LoopGuardStop,
+    guard_tools,
+)
 from loop_guard._messages import REPLY
 from loop_guard._repeated_text import find_repetition
-from loop_guard._reply_watch import REPEATED_TEXT_MARK
-from loop_guard._reply_watch import Cutter
-from loop_guard.scan import Conversation
-from loop_guard.scan import scan_conversation
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import asked_to_answer
-from loop_guard.testing import capture_events
-from loop_guard.testing import steered
-from loop_guard.testing import tool_calls_message
-
+from loop_guard._reply_watch import REPEATED_TEXT_MARK, Cutter
+from loop_guard.scan import Conversation, scan_conversation
+from loop_guard.testing import (
+    ScriptedChatModel,
+    asked_to_answer,
+    capture_events,
+    steered,
+    tool_calls_message,
+)
 from tests.support import slow_except
-from tests.support.agents import MODES
-from tests.support.agents import Mode
-from tests.support.agents import assert_valid_history
-from tests.support.agents import needs_async_context
-from tests.support.texts import DIVIDERS
-from tests.support.texts import LOOPS
-from tests.support.texts import NOT_LOOPS
-from tests.support.texts import Text
+from tests.support.agents import MODES, Mode, assert_valid_history, needs_async_context
+from tests.support.texts import DIVIDERS, LOOPS, NOT_LOOPS, Text
 
 
 def sampled(texts: list[Text], modes: list[str]) -> list[Any]:

@@ -10,14 +10,10 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from loop_guard import LoopGuardMiddleware
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import stubborn
 
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import make_tools
-from tests.support.agents import timeline
+from loop_guard import LoopGuardMiddleware
+from loop_guard.testing import ScriptedChatModel, stubborn
+from tests.support.agents import ToolRuns, ask, make_tools, timeline
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
 

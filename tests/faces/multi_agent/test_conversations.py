@@ -13,29 +13,28 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
-from loop_guard import GUARD_NAME
 
-from tests.support.agents import assert_valid_history
-from tests.support.agents import blocked
-from tests.support.agents import needs_async_context
+from loop_guard import GUARD_NAME
+from tests.support.agents import assert_valid_history, blocked, needs_async_context
 from tests.support.between import Network
-from tests.support.talk import DONE
-from tests.support.talk import FACES
-from tests.support.talk import GUESSES
-from tests.support.talk import NUMBER
-from tests.support.talk import ROUNDS
-from tests.support.talk import Chat
-from tests.support.talk import Face
-from tests.support.talk import bounce
-from tests.support.talk import guessing
-from tests.support.talk import handoff_to
-from tests.support.talk import handoffs_run
-from tests.support.talk import review
-from tests.support.talk import speakers
-from tests.support.talk import steered_at
+from tests.support.talk import (
+    DONE,
+    FACES,
+    GUESSES,
+    NUMBER,
+    ROUNDS,
+    Chat,
+    Face,
+    bounce,
+    guessing,
+    handoff_to,
+    handoffs_run,
+    review,
+    speakers,
+    steered_at,
+)
 
 FACES_SYNC = [
     pytest.param(face, sync, id=f"{face}-{'invoke' if sync else 'ainvoke'}",

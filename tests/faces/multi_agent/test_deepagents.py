@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -20,26 +19,14 @@ import pytest
 pytest.importorskip("deepagents", reason="the `deepagents` extra is not installed")
 
 from deepagents import create_deep_agent
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from loop_guard import GUARD_NAME
-from loop_guard import GuardEvent
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardStop
-from loop_guard.deepagents import create_guarded_deep_agent
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import asked_to_answer
-from loop_guard.testing import tool_calls_message
 
-from tests.support.agents import assert_valid_history
-from tests.support.agents import blocked
-from tests.support.agents import current_request
-from tests.support.agents import final_stop
-from tests.support.agents import steers
+from loop_guard import GUARD_NAME, GuardEvent, LoopGuardMiddleware, LoopGuardStop
+from loop_guard.deepagents import create_guarded_deep_agent
+from loop_guard.testing import ScriptedChatModel, asked_to_answer, tool_calls_message
+from tests.support.agents import assert_valid_history, blocked, current_request, final_stop, steers
 
 FIND = "Find out what /notes.md says."
 OTHER = "Find out what /todo.md says."

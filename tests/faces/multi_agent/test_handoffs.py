@@ -13,41 +13,30 @@ import sqlite3
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool
-from langchain_core.tools import tool
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
-from langgraph_swarm import create_handoff_tool
-from langgraph_swarm import create_swarm
-from loop_guard import GUARD_NAME
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardStop
-from loop_guard import guard_tools
-from loop_guard.testing import Script
-from loop_guard.testing import ScriptedChatModel
+from langgraph_swarm import create_handoff_tool, create_swarm
 from pydantic.warnings import PydanticDeprecatedSince20
 
-from tests.support.agents import assert_valid_history
-from tests.support.agents import blocked
-from tests.support.agents import needs_async_context
-from tests.support.between import TASKS
-from tests.support.between import HandlerPingPong
-from tests.support.between import Network
-from tests.support.between import PingPong
-from tests.support.between import search
+from loop_guard import (
+    GUARD_NAME,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    LoopGuardStop,
+    guard_tools,
+)
+from loop_guard.testing import Script, ScriptedChatModel
+from tests.support.agents import assert_valid_history, blocked, needs_async_context
+from tests.support.between import TASKS, HandlerPingPong, Network, PingPong, search
 
 SYNC = pytest.mark.parametrize(
     "sync",

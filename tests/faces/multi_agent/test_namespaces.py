@@ -17,46 +17,37 @@ from __future__ import annotations
 import asyncio
 import operator
 from collections.abc import Sequence
-from typing import Annotated
-from typing import Any
-from typing import Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage
-from langchain_core.messages import BaseMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
-from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables import RunnableLambda
-from langchain_core.tools import BaseTool
-from langchain_core.tools import StructuredTool
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END
-from langgraph.graph import START
-from langgraph.graph import MessagesState
-from langgraph.graph import StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Send
-from loop_guard import GUARD_NAME
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardMiddleware
-from loop_guard import LoopGuardStop
-from loop_guard import guard_tools
-from loop_guard.testing import Script
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import stubborn
-from loop_guard.testing import tool_calls_message
 from typing_extensions import TypedDict
 
-from tests.support.agents import ToolRuns
-from tests.support.agents import assert_valid_history
-from tests.support.agents import build_graph
-from tests.support.agents import current_request
-from tests.support.agents import faces_and_modes
-from tests.support.agents import make_tools
+from loop_guard import (
+    GUARD_NAME,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardMiddleware,
+    LoopGuardStop,
+    guard_tools,
+)
+from loop_guard.testing import Script, ScriptedChatModel, stubborn, tool_calls_message
+from tests.support.agents import (
+    ToolRuns,
+    assert_valid_history,
+    build_graph,
+    current_request,
+    faces_and_modes,
+    make_tools,
+)
 
 Face = Literal["middleware", "node", "handler"]
 FACES: tuple[Face, ...] = ("middleware", "node", "handler")

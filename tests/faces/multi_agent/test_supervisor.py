@@ -10,18 +10,11 @@ scripted.
 from __future__ import annotations
 
 import pytest
-from langchain_core.messages import AIMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
-from loop_guard import GUARD_NAME
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from tests.support.agents import assert_valid_history
-from tests.support.agents import blocked
-from tests.support.agents import needs_async_context
-from tests.support.between import TASKS
-from tests.support.between import HandlerSupervisor
-from tests.support.between import PrebuiltSupervisor
-from tests.support.between import Supervisor
+from loop_guard import GUARD_NAME
+from tests.support.agents import assert_valid_history, blocked, needs_async_context
+from tests.support.between import TASKS, HandlerSupervisor, PrebuiltSupervisor, Supervisor
 
 SYNC = pytest.mark.parametrize(
     "sync",

@@ -7,57 +7,53 @@ import operator
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from typing import Annotated
-from typing import Any
-from typing import TypedDict
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage
-from langchain_core.messages import AnyMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import SystemMessage
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END
-from langgraph.graph import START
-from langgraph.graph import MessagesState
-from langgraph.graph import StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt import tools_condition
-from loop_guard import Call
-from loop_guard import GuardEvent
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardCallbackHandler
-from loop_guard import LoopGuardNode
-from loop_guard import LoopGuardStop
-from loop_guard import Result
-from loop_guard import guard_tools
-from loop_guard.testing import ScriptedChatModel
-from loop_guard.testing import capture_events
-from loop_guard.testing import obedient
-from loop_guard.testing import sequence
-from loop_guard.testing import stubborn
-from loop_guard.testing import tool_calls_message
+from langgraph.prebuilt import ToolNode, tools_condition
 
-from tests.support.agents import MODES
-from tests.support.agents import Mode
-from tests.support.agents import ToolRuns
-from tests.support.agents import ask
-from tests.support.agents import assert_stopped
-from tests.support.agents import assert_valid_history
-from tests.support.agents import blocked
-from tests.support.agents import build_graph
-from tests.support.agents import current_request
-from tests.support.agents import final_stop
-from tests.support.agents import make_tools
-from tests.support.agents import needs_async_context
-from tests.support.agents import run
-from tests.support.agents import steers
-from tests.support.agents import timeline
+from loop_guard import (
+    Call,
+    GuardEvent,
+    LoopGuard,
+    LoopGuardCallbackHandler,
+    LoopGuardNode,
+    LoopGuardStop,
+    Result,
+    guard_tools,
+)
+from loop_guard.testing import (
+    ScriptedChatModel,
+    capture_events,
+    obedient,
+    sequence,
+    stubborn,
+    tool_calls_message,
+)
+from tests.support.agents import (
+    MODES,
+    Mode,
+    ToolRuns,
+    ask,
+    assert_stopped,
+    assert_valid_history,
+    blocked,
+    build_graph,
+    current_request,
+    final_stop,
+    make_tools,
+    needs_async_context,
+    run,
+    steers,
+    timeline,
+)
 
 READ_NOTES = ("read_file", {"path": "notes.md"})
 THREAD = {"configurable": {"thread_id": "t1"}}
@@ -394,11 +390,9 @@ def test_memory_proves_it_is_current_before_it_is_used() -> None:
     seen the newest response and nothing after it is news; caught up when another guard
     (another process) moved the thread on; rebuilt at a new user message; kept for a
     summarised history and for a model call that is not the thread's (no ids)."""
-    from langchain_core.messages import AIMessage
-    from langchain_core.messages import HumanMessage
-    from langchain_core.messages import ToolMessage
-    from loop_guard._conversation import ConversationKey
-    from loop_guard._conversation import session_for
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from loop_guard._conversation import ConversationKey, session_for
 
     def announce(guard: LoopGuard, thread: str, history: list[Any]) -> None:
         session_for(guard, ConversationKey("thread", thread), history)
@@ -479,6 +473,7 @@ def test_a_summary_another_middleware_writes_is_not_a_new_request(face: str) -> 
     (`lc_source: summarization`): the request goes on, so the loop is still stopped; through
     the handler too, a summary does not restart the streak."""
     from langchain.agents.middleware import SummarizationMiddleware
+
     from loop_guard import LoopGuardMiddleware
 
     runs = ToolRuns()
@@ -569,8 +564,7 @@ def test_concurrent_runs_sharing_a_system_message_are_apart() -> None:
     message: each is its own conversation, steered and stopped alone."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from langchain_core.messages import HumanMessage
-    from langchain_core.messages import SystemMessage
+    from langchain_core.messages import HumanMessage, SystemMessage
 
     guard = LoopGuard()
     system = SystemMessage("You are helpful.")
@@ -590,8 +584,7 @@ def test_the_handler_memory_stays_bounded_with_subagents() -> None:
     """A handler watching a caller that runs a subagent inside a tool, 30 requests: what it
     keeps per conversation stays within the guard's bound, and no run outlives its request,
     not even the model run a stop refused."""
-    from tests.faces.multi_agent.test_namespaces import Guarded
-    from tests.faces.multi_agent.test_namespaces import caller_with_subagent
+    from tests.faces.multi_agent.test_namespaces import Guarded, caller_with_subagent
 
     shared = Guarded("handler")
     shared.guard.max_conversations = 5
@@ -753,9 +746,7 @@ def test_a_remembered_request_start_proves_it_holds_before_it_is_used() -> None:
     used only while that message and the request's first message are where they were:
     a trimmed, rewritten or forked history, a new user message or the guard's stop with
     a message after it is walked again, and named as the full walk names it."""
-    from loop_guard._history import RequestStarts
-    from loop_guard._history import current_request
-    from loop_guard._history import request_start
+    from loop_guard._history import RequestStarts, current_request, request_start
 
     def step(n: int) -> list[AnyMessage]:
         call = {"name": "ls", "args": {"n": n}, "id": f"c{n}", "type": "tool_call"}

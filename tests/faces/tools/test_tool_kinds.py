@@ -7,33 +7,20 @@ wraps until the guard refuses a call; a refusal is an error result, never a cras
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
-from langchain_core.messages import AIMessage
-from langchain_core.messages import HumanMessage
-from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool
-from langchain_core.tools import InjectedToolCallId
-from langchain_core.tools import StructuredTool
-from langchain_core.tools import tool
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START
-from langgraph.graph import MessagesState
-from langgraph.graph import StateGraph
-from langgraph.prebuilt import InjectedState
-from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt import ToolRuntime
-from langgraph.prebuilt import tools_condition
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import InjectedState, ToolNode, ToolRuntime, tools_condition
 from langgraph.types import Command
-from loop_guard import LoopGuard
-from loop_guard import LoopGuardStop
-from loop_guard import guard_tools
-from loop_guard.testing import ScriptedChatModel
 from pydantic import BaseModel
 
+from loop_guard import LoopGuard, LoopGuardStop, guard_tools
+from loop_guard.testing import ScriptedChatModel
 from tests.support.agents import ToolRuns
 
 BLOCKED = "LOOP GUARD: this call was blocked"
