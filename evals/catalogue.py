@@ -3,8 +3,8 @@
 Each scenario is a scripted agent (the only fake: the model) against deterministic
 real tools; `expect` checks the guard's events, stamped with the tool call they came
 at: true loops (A-C) are steered and stopped, legitimate shapes (D) are never
-blocked, and the guard's bookkeeping (E) holds. `tests/faces/test_catalogue.py` runs every
-scenario through the middleware and the graph node; `evals/traces.py` reports them.
+blocked, and the guard's bookkeeping (E) holds. `tests/faces/every_face/test_catalogue.py`
+runs every scenario through the middleware and the graph node; `evals/traces.py` reports them.
 """
 
 from __future__ import annotations

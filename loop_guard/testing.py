@@ -1,5 +1,6 @@
-"""Scripted chat models, for testing agents guarded by loop_guard without an LLM, and
-`capture_events`, which collects what a guard publishes while a test runs.
+"""Scripted chat models, for testing agents guarded by loop_guard without an LLM;
+`capture_events`, which collects what a guard publishes while a test runs; and
+`GuardDriver`, which feeds tool calls and results through a guard with no agent at all.
 
 A script is a function `(messages, call_index) -> AIMessage`. It must return a new
 message with fresh tool call ids on every call, as a real model does: `create_agent`
@@ -39,9 +40,10 @@ from pydantic import ConfigDict, PrivateAttr
 from typing_extensions import override
 
 from loop_guard._events import GuardEvent
-from loop_guard._guard import LoopGuard
+from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import FINAL_ANSWER_MARK
 from loop_guard._messages import GUARD_NAME
+from loop_guard._values import Block, Call, Proceed, Result, Stop
 
 Script = Callable[[Sequence[BaseMessage], int], AIMessage]
 """`(messages, call_index) -> AIMessage`: what the scripted model answers."""
@@ -293,3 +295,96 @@ def capture_events(guard: LoopGuard) -> Iterator[list[GuardEvent]]:
         yield events
     finally:
         guard.unsubscribe(sink)
+
+
+Step = tuple[str, Any, Any]
+"""`(tool_name, args, result)`: one call a `GuardDriver` makes and what it returns; a
+result is recorded as given when it is a `Result`, as `Result.of(result)` otherwise."""
+
+
+class GuardDriver:
+    """Feeds tool calls and their results through a guard the way an agent loop does,
+    with no agent and no model: for testing a configuration, a detector or a policy.
+
+    Each call gets a fresh id and is numbered from 1; a call the guard lets through
+    (`Proceed`) has its result recorded, a blocked or stopped one does not. `events`
+    holds what the guard published, `stamps` each event as `(call number, kind,
+    reason)`, the number of the call it came at.
+
+    Examples:
+        >>> from loop_guard import LoopGuard
+        >>> driver = GuardDriver(LoopGuard(warn_threshold=2, block_threshold=3))
+        >>> [driver.step("ls", {"path": "/"}, "README.md") for _ in range(3)]
+        ['Proceed', 'Proceed', 'Block']
+        >>> driver.stamps
+        [(2, 'steer', 'repeat'), (3, 'block', 'repeat')]
+        >>> driver.batch([("ls", {"path": "/"}, "README.md"), ("ls", {"path": "src"}, "a.py")])
+        ['Block', 'Proceed']
+    """
+
+    def __init__(
+        self, guard: LoopGuard | None = None, *, thread: str = "t", request: str = "r1"
+    ) -> None:
+        self.guard = LoopGuard() if guard is None else guard
+        self.events: list[GuardEvent] = []
+        self.stamps: list[tuple[int, str, str | None]] = []
+        self.calls = 0
+        self.guard.subscribe(self._seen)
+        self.session: Session = self.guard.session(thread)
+        self.session.start_request(request)
+
+    def _seen(self, event: GuardEvent) -> None:
+        self.events.append(event)
+        self.stamps.append((self.calls, event.kind, event.reason))
+
+    def _call(self, tool: str, args: Any) -> Call:
+        self.calls += 1
+        return Call.of(tool, args, id=f"call_{self.calls}")
+
+    def _record(self, call: Call, verdict: Proceed | Block | Stop, result: Any, error: bool) -> str:
+        if isinstance(verdict, Proceed):
+            outcome = result if isinstance(result, Result) else Result.of(result, is_error=error)
+            self.session.record_result(call, outcome)
+        return type(verdict).__name__
+
+    def step(self, tool: str, args: Any, result: Any, *, error: bool = False) -> str:
+        """One call on its own, with no model response declared around it; the verdict's
+        kind: `"Proceed"`, `"Block"` or `"Stop"`."""
+        call = self._call(tool, args)
+        return self._record(call, self.session.check_call(call), result, error)
+
+    def batch(
+        self,
+        steps: Sequence[Step],
+        *,
+        errors: Sequence[bool] = (),
+        order: Sequence[int] | None = None,
+        tokens: int = 0,
+        together: bool = False,
+    ) -> list[str]:
+        """One model response of several calls (it cost `tokens`); each verdict's kind.
+
+        The response is declared, then its calls checked one by one in their order; with
+        `together`, all are decided before any runs (`Session.check_batch`, as the
+        middleware does: a stop then blocks the siblings before it too). Results are
+        recorded in `order` (indexes into `steps`; by default theirs); `errors[i]` marks
+        the i-th an error.
+        """
+        calls = [self._call(tool, args) for tool, args, _ in steps]
+        if together:
+            verdicts = self.session.check_batch(calls, tokens)
+        else:
+            self.session.open_batch(calls, tokens)
+            verdicts = [self.session.check_call(call) for call in calls]
+        for index in range(len(steps)) if order is None else order:
+            error = index < len(errors) and errors[index]
+            self._record(calls[index], verdicts[index], steps[index][2], error)
+        return [type(verdict).__name__ for verdict in verdicts]
+
+    def new_request(self, request_id: str, question: str = "") -> None:
+        """A new user message: the next calls belong to request `request_id`."""
+        self.session.start_request(request_id, question)
+
+    def kinds(self) -> list[str]:
+        """The kinds of the events published so far, in order."""
+        return [event.kind for event in self.events]

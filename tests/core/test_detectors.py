@@ -13,7 +13,6 @@ import pytest
 
 from loop_guard import (
     Call,
-    GuardEvent,
     LoopGuard,
     LoopGuardConfig,
     LoopGuardConfigWarning,
@@ -27,52 +26,16 @@ from loop_guard import (
 from loop_guard._engine import Engine
 from loop_guard._langchain import result_of
 from loop_guard._state import RequestState
+from loop_guard.testing import GuardDriver
 
 THREAD = "t"
 
 
-class Agent:
-    """Serial calls through one guard; each event is stamped with the call it came at."""
+class Agent(GuardDriver):
+    """Serial calls through one guard (`GuardDriver`), built from a configuration."""
 
     def __init__(self, config: LoopGuardConfig | None = None, **overrides: Any) -> None:
-        self.events: list[GuardEvent] = []
-        self.guard = LoopGuard(config, on_event=self.events.append, **overrides)
-        self.session = self.guard.session(THREAD)
-        self.session.start_request("r1")
-        self.calls = 0
-        self.stamps: list[tuple[int, str, str | None]] = []
-
-    def step(self, tool: str, args: Any, result: Any, *, error: bool = False, **more: Any) -> str:
-        self.calls += 1
-        call = Call.of(tool, args)
-        before = len(self.events)
-        verdict = self.session.check_call(call)
-        if isinstance(verdict, Proceed):
-            outcome = result if isinstance(result, Result) else Result.of(result, is_error=error)
-            self.session.record_result(call, outcome)
-        self.stamps += [(self.calls, e.kind, e.reason) for e in self.events[before:]]
-        return type(verdict).__name__
-
-    def batch(
-        self, items: list[tuple[str, Any, Any, bool]], order: list[int] | None = None
-    ) -> list[str]:
-        """One response of several calls; results recorded in `order` (model order)."""
-        calls = []
-        for tool, args, _, _ in items:
-            self.calls += 1
-            calls.append(Call.of(tool, args, id=f"b{self.calls}"))
-        before = len(self.events)
-        self.session.open_batch(calls)
-        verdicts = [self.session.check_call(call) for call in calls]
-        for index in order or range(len(items)):
-            _, _, result, error = items[index]
-            if isinstance(verdicts[index], Proceed):
-                self.session.record_result(calls[index], Result.of(result, is_error=error))
-        self.stamps += [(self.calls, e.kind, e.reason) for e in self.events[before:]]
-        return [type(verdict).__name__ for verdict in verdicts]
-
-    def new_request(self, request_id: str, question: str = "") -> None:
-        self.session.start_request(request_id, question)
+        super().__init__(LoopGuard(config, **overrides), thread=THREAD)
 
 
 # Cycles -----------------------------------------------------------------------------
@@ -381,7 +344,7 @@ def test_runs_of_a_steered_call_beside_other_calls_count_toward_its_backstop() -
         agent.step("read", {"path": "ROADMAP.md"}, "ENOENT", error=True)
     verdicts = [
         agent.batch(
-            [("read", {"path": "ROADMAP.md"}, "ENOENT", True), ("grep", {"q": n}, f"{n}", False)]
+            [("read", {"path": "ROADMAP.md"}, "ENOENT"), ("grep", {"q": n}, f"{n}")], errors=[True]
         )[0]
         for n in range(12)
     ]
@@ -397,7 +360,7 @@ def test_calls_repeated_side_by_side_in_every_batch_are_each_refused_from_their_
     for pi in (False, True):
         agent = Agent(LoopGuardConfig.pi() if pi else None)
         verdicts = [
-            agent.batch([("read", {"path": "notes.md"}, "notes", False), ("ls", {}, "a b", False)])
+            agent.batch([("read", {"path": "notes.md"}, "notes"), ("ls", {}, "a b")])
             for _ in range(8)
             if not agent.stamps or agent.stamps[-1][1] != "stop"
         ]
@@ -505,9 +468,9 @@ def test_a_tool_that_works_again_is_judged_by_its_args_again() -> None:
 def test_a_broken_tool_first_in_each_response_is_steered_and_bounded() -> None:
     agent = Agent()
     verdicts = [
-        agent.batch([("lookup", {"q": f"q{n}"}, BROKEN, True), ("grep", {"q": n}, f"{n}", False)])[
-            0
-        ]
+        agent.batch(
+            [("lookup", {"q": f"q{n}"}, BROKEN), ("grep", {"q": n}, f"{n}")], errors=[True]
+        )[0]
         for n in range(20)
     ]
     assert agent.stamps[0] == (8, "steer", "same_error")  # the 4th failing lookup
@@ -520,7 +483,9 @@ def test_a_broken_batch_is_judged_alike_whatever_order_its_results_arrive_in(
     order: list[int],
 ) -> None:
     agent = Agent()
-    agent.batch([("lookup", {"q": f"q{n}"}, BROKEN, True) for n in range(4)], order)
+    agent.batch(
+        [("lookup", {"q": f"q{n}"}, BROKEN) for n in range(4)], errors=[True] * 4, order=order
+    )
     assert [(e.kind, e.reason) for e in agent.events] == [("steer", "same_error")]
 
 

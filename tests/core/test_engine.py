@@ -6,64 +6,30 @@ See How the guard decides: the streak, graded intervention, batches, reset and s
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from loop_guard import Block, Call, GuardEvent, LoopGuard, LoopGuardConfig, Proceed, Result, Stop
+from loop_guard.testing import GuardDriver
 
 THREAD = "thread-1"
 
 
-class Driver:
-    """Feeds calls through a `LoopGuard` the way an agent loop would, one batch at a time.
-
-    Pi's own semantics by default (`LoopGuardConfig.pi()`): the detectors beyond it have
-    their own suite, `test_detectors.py`.
-    """
+class Driver(GuardDriver):
+    """`GuardDriver` with Pi's own semantics by default (`LoopGuardConfig.pi()`): the
+    detectors beyond it have their own suite, `test_detectors.py`."""
 
     def __init__(self, config: LoopGuardConfig | None = None, **overrides: Any) -> None:
-        self.events: list[GuardEvent] = []
         config = LoopGuardConfig.pi() if config is None else config
-        self.guard = LoopGuard(config, on_event=self.events.append, **overrides)
-        self.session = self.guard.session(THREAD)
-        self.session.start_request("request-1")
-        self._ids = 0
-
-    def batch(
-        self, calls: Sequence[tuple[str, Any, Any]], *, errors: Sequence[bool] | None = None
-    ) -> list[str]:
-        """Run one model response: declare, check every call, record results of those run."""
-        built = []
-        for tool, args, _ in calls:
-            self._ids += 1
-            built.append(Call.of(tool, args, id=f"call_{self._ids}"))
-        self.session.open_batch(built)
-        verdicts = [self.session.check_call(call) for call in built]
-        for index, (call, verdict) in enumerate(zip(built, verdicts, strict=True)):
-            if isinstance(verdict, Proceed):
-                result = Result.of(calls[index][2], is_error=bool(errors and errors[index]))
-                self.session.record_result(call, result)
-        return [type(v).__name__ for v in verdicts]
-
-    def serial(self, tool: str, args: Any, result: Any, *, is_error: bool = False) -> str:
-        """One call made on its own, without declaring a batch (a wrapper's view)."""
-        call = Call.of(tool, args)
-        verdict = self.session.check_call(call)
-        if isinstance(verdict, Proceed):
-            self.session.record_result(call, Result.of(result, is_error=is_error))
-        return type(verdict).__name__
-
-    def kinds(self) -> list[str]:
-        return [event.kind for event in self.events]
+        super().__init__(LoopGuard(config, **overrides), thread=THREAD, request="request-1")
 
 
 def test_warning_fires_at_the_third_identical_step_once_per_streak() -> None:
     """The steer is due when the streak reaches 3 and is not repeated at 4."""
     d = Driver()
     for n in range(1, 5):
-        d.serial("read", {"path": "a"}, "same")
+        d.step("read", {"path": "a"}, "same")
         assert d.kinds() == ([] if n < 3 else ["steer"])
     assert d.events[0].streak == 3
     assert d.events[0].message.startswith("LOOP GUARD")
@@ -74,7 +40,7 @@ def test_pending_steer_is_claimed_exactly_once() -> None:
     """The steer message is handed out to the first adapter that asks, then never again."""
     d = Driver()
     for _ in range(3):
-        d.serial("read", {"path": "a"}, "same")
+        d.step("read", {"path": "a"}, "same")
     steer = d.session.take_steer()
     assert steer is not None
     assert steer.streak == 3
@@ -84,7 +50,7 @@ def test_pending_steer_is_claimed_exactly_once() -> None:
 def test_four_identical_calls_run_and_the_fifth_is_blocked() -> None:
     """Block timing: with the defaults the 4th identical call runs and the 5th is blocked."""
     d = Driver()
-    verdicts = [d.serial("read", {"path": "a"}, "same") for _ in range(5)]
+    verdicts = [d.step("read", {"path": "a"}, "same") for _ in range(5)]
     assert verdicts == ["Proceed"] * 4 + ["Block"]
     block = next(e for e in d.events if e.kind == "block")
     assert block.streak == 4
@@ -95,16 +61,16 @@ def test_four_identical_calls_run_and_the_fifth_is_blocked() -> None:
 def test_retrying_a_blocked_call_is_blocked_again_without_resetting() -> None:
     """A blocked call does not reset the streak; changing args does."""
     d = Driver(abort_threshold=10)
-    verdicts = [d.serial("read", {"path": "a"}, "same") for _ in range(7)]
+    verdicts = [d.step("read", {"path": "a"}, "same") for _ in range(7)]
     assert verdicts == ["Proceed"] * 4 + ["Block"] * 3
-    assert d.serial("read", {"path": "b"}, "same") == "Proceed"
-    assert d.serial("read", {"path": "a"}, "same") == "Proceed"
+    assert d.step("read", {"path": "b"}, "same") == "Proceed"
+    assert d.step("read", {"path": "a"}, "same") == "Proceed"
 
 
 def test_polling_with_changing_results_is_never_warned_or_blocked() -> None:
     """Same args, different result each time: legitimate polling."""
     d = Driver()
-    verdicts = [d.serial("status", {"job": 1}, f"progress {n}%") for n in range(50)]
+    verdicts = [d.step("status", {"job": 1}, f"progress {n}%") for n in range(50)]
     assert set(verdicts) == {"Proceed"}
     assert d.events == []
 
@@ -113,7 +79,7 @@ def test_polling_that_stalls_counts_from_the_first_unchanged_result() -> None:
     """A changed result resets the streak to 1; identical results after it count again."""
     d = Driver()
     for result in ["10%", "20%", "20%", "20%"]:
-        d.serial("status", {"job": 1}, result)
+        d.step("status", {"job": 1}, result)
     assert d.kinds() == ["steer"]
     assert d.events[0].streak == 3
 
@@ -122,29 +88,29 @@ def test_different_args_reset_the_streak_even_with_equal_results() -> None:
     """Calls with different args never count toward each other."""
     d = Driver()
     for n in range(20):
-        assert d.serial("read", {"path": f"file{n % 2}"}, "same content") == "Proceed"
+        assert d.step("read", {"path": f"file{n % 2}"}, "same content") == "Proceed"
     assert d.events == []
 
 
 def test_abort_after_three_blocks_in_one_request() -> None:
     """The third block ends the request; every later call is refused with the stop."""
     d = Driver()
-    verdicts = [d.serial("read", {"path": "a"}, "same") for _ in range(7)]
+    verdicts = [d.step("read", {"path": "a"}, "same") for _ in range(7)]
     assert verdicts == ["Proceed"] * 4 + ["Block"] * 3
     assert d.kinds() == ["steer", "block", "block", "block", "stop"]
     stop = d.session.stop
     assert stop is not None
     assert stop.reason == "abort_threshold"
     assert stop.blocks == 3
-    assert d.serial("other", {}, "x") == "Stop"
+    assert d.step("other", {}, "x") == "Stop"
 
 
 def test_a_stop_drops_a_queued_steer() -> None:
     """Once the request has ended, no steer is delivered any more."""
     d = Driver(warn_threshold=4, block_threshold=5, abort_threshold=1)
     for _ in range(4):
-        d.serial("read", {"path": "a"}, "same")
-    assert d.serial("read", {"path": "a"}, "same") == "Block"
+        d.step("read", {"path": "a"}, "same")
+    assert d.step("read", {"path": "a"}, "same") == "Block"
     assert d.session.stop is not None
     assert d.session.take_steer() is None
 
@@ -153,11 +119,11 @@ def test_everything_resets_at_a_new_request() -> None:
     """Streak, blocks and the stop are per request (see How the guard decides: reset and scope)."""
     d = Driver()
     for _ in range(7):
-        d.serial("read", {"path": "a"}, "same")
+        d.step("read", {"path": "a"}, "same")
     assert d.session.stop is not None
     d.session.start_request("request-2")
     d.events.clear()
-    verdicts = [d.serial("read", {"path": "a"}, "same") for _ in range(5)]
+    verdicts = [d.step("read", {"path": "a"}, "same") for _ in range(5)]
     assert verdicts == ["Proceed"] * 4 + ["Block"]
     assert d.kinds() == ["steer", "block"]
 
@@ -166,37 +132,37 @@ def test_announcing_the_current_request_again_does_not_reset() -> None:
     """`start_request` is idempotent: several adapters may announce the same request."""
     d = Driver()
     for _ in range(4):
-        d.serial("read", {"path": "a"}, "same")
+        d.step("read", {"path": "a"}, "same")
     d.session.start_request("request-1")
-    assert d.serial("read", {"path": "a"}, "same") == "Block"
+    assert d.step("read", {"path": "a"}, "same") == "Block"
 
 
 def test_ignore_errors_makes_error_results_invisible() -> None:
     """With ignore_errors, error retries neither count nor reset a streak."""
     d = Driver(ignore_errors=True)
     for _ in range(10):
-        assert d.serial("read", {"path": "a"}, "File not found", is_error=True) == "Proceed"
+        assert d.step("read", {"path": "a"}, "File not found", error=True) == "Proceed"
     assert d.events == []
-    d.serial("read", {"path": "b"}, "ok")
-    d.serial("read", {"path": "b"}, "ok")
-    d.serial("read", {"path": "x"}, "boom", is_error=True)  # invisible
-    d.serial("read", {"path": "b"}, "ok")
+    d.step("read", {"path": "b"}, "ok")
+    d.step("read", {"path": "b"}, "ok")
+    d.step("read", {"path": "x"}, "boom", error=True)  # invisible
+    d.step("read", {"path": "b"}, "ok")
     assert d.kinds() == ["steer"]
 
 
 def test_error_results_count_by_default() -> None:
     """Without ignore_errors a repeated identical failure is a loop like any other."""
     d = Driver()
-    verdicts = [d.serial("read", {"path": "a"}, "not found", is_error=True) for _ in range(5)]
+    verdicts = [d.step("read", {"path": "a"}, "not found", error=True) for _ in range(5)]
     assert verdicts[-1] == "Block"
 
 
 def test_error_flag_is_part_of_the_result() -> None:
     """The same text, once as an error and once not, is a different result."""
     d = Driver()
-    d.serial("read", {"path": "a"}, "x")
-    d.serial("read", {"path": "a"}, "x", is_error=True)
-    d.serial("read", {"path": "a"}, "x")
+    d.step("read", {"path": "a"}, "x")
+    d.step("read", {"path": "a"}, "x", error=True)
+    d.step("read", {"path": "a"}, "x")
     assert d.events == []
 
 
@@ -204,12 +170,12 @@ def test_ignored_tools_are_never_counted_blocked_or_resetting() -> None:
     """Ignored tools are invisible: they do not even break another tool's streak."""
     d = Driver(ignore_tools={"todo"})
     for _ in range(10):
-        assert d.serial("todo", {"x": 1}, "same") == "Proceed"
-    d.serial("read", {"path": "a"}, "same")
-    d.serial("todo", {"x": 1}, "same")
-    d.serial("read", {"path": "a"}, "same")
-    d.serial("todo", {"x": 1}, "same")
-    d.serial("read", {"path": "a"}, "same")
+        assert d.step("todo", {"x": 1}, "same") == "Proceed"
+    d.step("read", {"path": "a"}, "same")
+    d.step("todo", {"x": 1}, "same")
+    d.step("read", {"path": "a"}, "same")
+    d.step("todo", {"x": 1}, "same")
+    d.step("read", {"path": "a"}, "same")
     assert d.kinds() == ["steer"]
 
 
@@ -225,14 +191,14 @@ def test_siblings_in_one_batch_do_not_count_against_each_other() -> None:
 def test_only_the_last_call_of_a_batch_in_model_order_is_compared() -> None:
     """The batch's last call (model order, not completion order) becomes the last step."""
     d = Driver()
-    d.serial("read", {"path": "a"}, "A")
-    d.serial("read", {"path": "a"}, "A")
+    d.step("read", {"path": "a"}, "A")
+    d.step("read", {"path": "a"}, "A")
     # The last call of this batch is the repeat: streak 3.
     d.batch([("ls", {}, "files"), ("read", {"path": "a"}, "A")])
     assert d.kinds() == ["steer"]
     # Now the repeat comes first and ls last: the streak resets to ls.
     d.batch([("read", {"path": "a"}, "A"), ("ls", {}, "files")])
-    assert d.serial("read", {"path": "a"}, "A") == "Proceed"
+    assert d.step("read", {"path": "a"}, "A") == "Proceed"
 
 
 def test_results_arriving_out_of_order_settle_by_model_order() -> None:
@@ -257,7 +223,7 @@ def test_each_sibling_is_checked_against_the_last_counted_step() -> None:
     """Identical siblings are all blocked once the streak has reached the block point."""
     d = Driver(abort_threshold=10)
     for _ in range(4):
-        d.serial("read", {"path": "a"}, "same")
+        d.step("read", {"path": "a"}, "same")
     verdicts = d.batch([("read", {"path": "a"}, "same")] * 3 + [("ls", {}, "x")])
     assert verdicts == ["Block", "Block", "Block", "Proceed"]
 
@@ -292,7 +258,7 @@ def test_racing_identical_calls_cannot_both_slip_past_a_block() -> None:
 def test_use_terminate_ends_the_request_on_a_fully_blocked_batch() -> None:
     """With use_terminate, the first block of a serial call ends the request."""
     d = Driver(use_terminate=True)
-    verdicts = [d.serial("read", {"path": "a"}, "same") for _ in range(5)]
+    verdicts = [d.step("read", {"path": "a"}, "same") for _ in range(5)]
     assert verdicts[-1] == "Block"
     stop = d.session.stop
     assert stop is not None
@@ -304,7 +270,7 @@ def test_use_terminate_lets_a_mixed_batch_continue() -> None:
     """Pi's rule: a batch with a blocked call and a call that ran does not terminate."""
     d = Driver(use_terminate=True)
     for _ in range(4):
-        d.serial("read", {"path": "a"}, "same")
+        d.step("read", {"path": "a"}, "same")
     assert d.batch([("read", {"path": "a"}, "same"), ("ls", {}, "x")]) == ["Block", "Proceed"]
     assert d.session.stop is None
     assert d.batch([("read", {"path": "b"}, "same")] * 2) == ["Proceed", "Proceed"]
@@ -314,7 +280,7 @@ def test_calls_after_an_abort_in_the_same_batch_are_answered_not_run() -> None:
     """Siblings checked after the stopping block are refused with a not-run message."""
     d = Driver(abort_threshold=1)
     for _ in range(4):
-        d.serial("read", {"path": "a"}, "same")
+        d.step("read", {"path": "a"}, "same")
     calls = [Call.of("read", {"path": "a"}, id="r"), Call.of("ls", {}, id="l")]
     d.session.open_batch(calls)
     verdicts = [d.session.check_call(call) for call in calls]
@@ -328,7 +294,7 @@ def test_calls_after_an_abort_in_the_same_batch_are_answered_not_run() -> None:
 def test_disabled_guard_never_intervenes() -> None:
     """enabled=False: every call proceeds and nothing is emitted."""
     d = Driver(enabled=False)
-    assert {d.serial("read", {"path": "a"}, "same") for _ in range(20)} == {"Proceed"}
+    assert {d.step("read", {"path": "a"}, "same") for _ in range(20)} == {"Proceed"}
     assert d.events == []
 
 
@@ -389,7 +355,7 @@ def test_every_event_is_logged_on_the_loop_guard_logger(caplog: pytest.LogCaptur
     caplog.set_level("INFO", logger="loop_guard")
     d = Driver()
     for _ in range(7):
-        d.serial("read", {"path": "a"}, "same")
+        d.step("read", {"path": "a"}, "same")
     kinds = [r.loop_guard_event.kind for r in caplog.records if hasattr(r, "loop_guard_event")]
     assert kinds == d.kinds()
 
@@ -401,7 +367,7 @@ def test_every_event_is_logged_on_the_loop_guard_logger(caplog: pytest.LogCaptur
 def test_thresholds_are_respected(warn: int, block: int, abort: int) -> None:
     """The steer comes at `warn`, the first block at call `block`, the stop at `abort` blocks."""
     d = Driver(warn_threshold=warn, block_threshold=block, abort_threshold=abort)
-    verdicts = [d.serial("read", {"path": "a"}, "same") for _ in range(block + abort + 2)]
+    verdicts = [d.step("read", {"path": "a"}, "same") for _ in range(block + abort + 2)]
     assert verdicts[: block - 1] == ["Proceed"] * (block - 1)
     assert verdicts[block - 1 : block - 1 + abort] == ["Block"] * abort
     assert set(verdicts[block - 1 + abort :]) == {"Stop"}

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loop_guard import Call, LoopGuard, LoopGuardConfig, Proceed, Result
+from tests.support import examples
 
 TOOLS = ["read", "ls", "todo"]
 
@@ -95,7 +96,7 @@ def configs(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(configs(), conversations, st.randoms(use_true_random=False), st.booleans())
 def test_engine_matches_the_reference_model(
     config: dict[str, Any], batches: list[list[tuple[str, int, int, bool]]], rng: Any, declare: bool
@@ -150,7 +151,7 @@ def _first_event(config: LoopGuardConfig, batches: list[list[tuple[str, int, int
     return len(batches)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(conversations)
 def test_the_detectors_never_intervene_later_than_pi(
     batches: list[list[tuple[str, int, int, bool]]],
@@ -159,7 +160,7 @@ def test_the_detectors_never_intervene_later_than_pi(
     assert _first_event(LoopGuardConfig(), batches) <= _first_event(LoopGuardConfig.pi(), batches)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(conversations)
 def test_results_that_always_change_are_never_touched(
     batches: list[list[tuple[str, int, int, bool]]],
@@ -170,7 +171,7 @@ def test_results_that_always_change_are_never_touched(
     assert _first_event(LoopGuardConfig(), fresh) == len(fresh)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(conversations)
 def test_every_state_is_restored_from_its_snapshot(
     batches: list[list[tuple[str, int, int, bool]]],

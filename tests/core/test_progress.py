@@ -12,39 +12,25 @@ from typing import Any
 import pytest
 from langchain_core.messages import ToolMessage
 
-from loop_guard import Call, LoopGuard, LoopGuardConfig, Proceed, ToolPolicy
+from loop_guard import Call, LoopGuard, LoopGuardConfig, ToolPolicy
 from loop_guard._langchain import result_of
+from loop_guard.testing import GuardDriver
 
 THREAD = "t"
 
 
-class Agent:
-    """Serial calls through one guard, each result read from a tool message as the
-    adapters read it; events are stamped with the call they came at."""
+class Agent(GuardDriver):
+    """Serial calls through one guard (`GuardDriver`), each result read from a tool message
+    as the adapters read it."""
 
     def __init__(self, **options: Any) -> None:
-        self.kinds: list[tuple[int, str, str | None]] = []
-        self.calls = 0
-        self.guard = LoopGuard(
-            on_event=lambda e: self.kinds.append((self.calls, e.kind, e.reason)), **options
-        )
-        self.session = self.guard.session(THREAD)
-        self.session.start_request("r1")
+        super().__init__(LoopGuard(**options), thread=THREAD)
 
-    def step(self, tool: str, args: dict[str, Any], text: str, *, error: bool = False) -> str:
-        self.calls += 1
-        call = Call.of(tool, args, id=f"c{self.calls}")
-        verdict = self.session.check_call(call)
-        if isinstance(verdict, Proceed):
-            message = ToolMessage(
-                text, tool_call_id=call.id, status="error" if error else "success"
-            )
-            normalizers = self.guard.config.normalizers(tool)
-            self.session.record_result(call, result_of(message, normalizers, args=args))
-        return type(verdict).__name__
-
-    def new_request(self, request_id: str, question: str = "") -> None:
-        self.session.start_request(request_id, question)
+    def step(self, tool: str, args: Any, result: Any, *, error: bool = False) -> str:
+        status = "error" if error else "success"
+        message = ToolMessage(result, tool_call_id=f"c{self.calls + 1}", status=status)
+        normalizers = self.guard.config.normalizers(tool)
+        return super().step(tool, args, result_of(message, normalizers, args=args))
 
 
 def sent(n: int) -> str:
@@ -59,7 +45,7 @@ def test_a_message_sent_again_with_fresh_ids_is_a_near_repeat() -> None:
     """Steered and blocked `near_repeat_patience` calls later than exact repeats."""
     agent = Agent()
     verdicts = [agent.step("send", {"to": "ops", "text": "done"}, sent(n)) for n in range(9)]
-    assert agent.kinds[:2] == [(5, "steer", "repeat"), (7, "block", "repeat")]
+    assert agent.stamps[:2] == [(5, "steer", "repeat"), (7, "block", "repeat")]
     assert verdicts[:6] == ["Proceed"] * 6
     assert verdicts[6] == "Block"
 
@@ -86,9 +72,9 @@ def test_what_a_state_changing_call_made_is_fresh_whatever_its_key(tool: str, an
     for n in range(1, 8):
         agent.step(tool, {"path": "report.pdf", "to": "ops"}, answer(n))
         reader.step("get_file", {"path": "report.pdf"}, answer(n))
-    assert agent.kinds[:2] == [(5, "steer", "repeat"), (7, "block", "repeat")]
+    assert agent.stamps[:2] == [(5, "steer", "repeat"), (7, "block", "repeat")]
     named = answer(0).startswith("{")
-    assert reader.kinds[:2] == ([(5, "steer", "repeat"), (7, "block", "repeat")] if named else [])
+    assert reader.stamps[:2] == ([(5, "steer", "repeat"), (7, "block", "repeat")] if named else [])
 
 
 @pytest.mark.internals(
@@ -99,7 +85,7 @@ def test_an_exact_repeat_of_a_result_with_fresh_values_is_judged_at_once() -> No
     agent = Agent()
     for _ in range(5):
         agent.step("send", {"to": "ops", "text": "done"}, sent(7))
-    assert agent.kinds == [(3, "steer", "repeat"), (5, "block", "repeat")]
+    assert agent.stamps == [(3, "steer", "repeat"), (5, "block", "repeat")]
 
 
 @pytest.mark.internals(
@@ -110,7 +96,7 @@ def test_progress_and_a_changed_identity_are_never_near_repeats() -> None:
     for n in range(12):
         agent.step("poll", {"job": 1}, json.dumps({"status": "running", "rows": n * 10}))
         agent.step("send", {"to": "ops"}, json.dumps({"ok": True, "conversationId": f"c{n}"}))
-    assert agent.kinds == []
+    assert agent.stamps == []
 
 
 @pytest.mark.internals(
@@ -122,8 +108,8 @@ def test_near_repeats_can_be_turned_off_or_judged_as_exact(options: dict[str, An
     for n in range(6):
         agent.step("send", {"to": "ops", "text": "done"}, sent(n))
         exact.step("send", {"to": "ops", "text": "done"}, sent(0))
-    expected = [] if options.get("fresh_results") is False else exact.kinds
-    assert agent.kinds == expected
+    expected = [] if options.get("fresh_results") is False else exact.stamps
+    assert agent.stamps == expected
 
 
 @pytest.mark.internals(
@@ -133,7 +119,7 @@ def test_a_tool_policy_turns_fresh_masking_off_for_one_tool() -> None:
     agent = Agent(tools={"send": ToolPolicy(fresh=False)})
     for n in range(6):
         agent.step("send", {"to": "ops", "text": "done"}, sent(n))
-    assert agent.kinds == []
+    assert agent.stamps == []
 
 
 @pytest.mark.internals(
@@ -163,7 +149,7 @@ def test_an_error_naming_each_input_is_steered_once_and_never_blocked() -> None:
         for n in range(10)
     ]
     assert verdicts == ["Proceed"] * 10
-    assert agent.kinds == [(4, "steer", "same_error")]
+    assert agent.stamps == [(4, "steer", "same_error")]
 
 
 @pytest.mark.internals(
@@ -176,7 +162,7 @@ def test_a_broken_tool_with_one_error_for_every_input_is_still_blocked() -> None
         for n in range(8)
     ]
     assert "Block" in verdicts
-    assert ("stop", "abort_threshold") in [(kind, reason) for _, kind, reason in agent.kinds]
+    assert ("stop", "abort_threshold") in [(kind, reason) for _, kind, reason in agent.stamps]
 
 
 @pytest.mark.internals(
@@ -190,7 +176,7 @@ def test_a_sweep_of_shell_commands_exiting_1_is_steered_once_at_most(shell: str)
         for n in range(12)
     ]
     assert verdicts == ["Proceed"] * 12
-    assert agent.kinds == [(4, "steer", "same_error")]
+    assert agent.stamps == [(4, "steer", "same_error")]
 
 
 @pytest.mark.internals(
@@ -212,7 +198,7 @@ def test_an_error_reported_in_the_text_is_an_error_result() -> None:
     agent = Agent()
     for n in range(6):
         agent.step("lookup", {"query": f"q{n}"}, "Error: service unavailable")
-    assert ("steer", "same_error") in [(kind, reason) for _, kind, reason in agent.kinds]
+    assert ("steer", "same_error") in [(kind, reason) for _, kind, reason in agent.stamps]
     assert result_of(ToolMessage("No errors found", tool_call_id="c")).is_error is False
 
 
@@ -225,8 +211,8 @@ def test_a_cycle_of_up_to_six_calls_is_steered_by_its_third_lap(period: int) -> 
     for _ in range(6):
         for n in range(period):
             agent.step("read", {"path": f"f{n}"}, f"contents {n}")
-    assert agent.kinds[0] == (2 * period + 3, "steer", "cycle")  # three calls into it
-    assert "block" in [kind for _, kind, _ in agent.kinds]
+    assert agent.stamps[0] == (2 * period + 3, "steer", "cycle")  # three calls into it
+    assert "block" in [kind for _, kind, _ in agent.stamps]
 
 
 @pytest.mark.internals(
@@ -247,9 +233,9 @@ def test_the_same_call_once_per_user_turn_is_one_rule_whatever_came_between() ->
         twice.new_request(f"r{turn}", "balance?")
         for _ in range(2):
             twice.step("ls", {}, "")
-    assert plain.kinds == [(3, "steer", "interleaved")]
-    assert mixed.kinds == [(4, "steer", "interleaved")]
-    assert twice.kinds == []
+    assert plain.stamps == [(3, "steer", "interleaved")]
+    assert mixed.stamps == [(4, "steer", "interleaved")]
+    assert twice.stamps == []
 
 
 @pytest.mark.internals(
@@ -261,7 +247,7 @@ def test_a_change_between_user_turns_makes_the_check_new() -> None:
         agent.new_request(f"r{turn}")
         agent.step("write_file", {"path": "a", "text": f"v{turn}"}, "written")
         agent.step("pytest", {}, "FAILED test_a")
-    assert agent.kinds == []
+    assert agent.stamps == []
 
 
 @pytest.mark.internals(
@@ -310,5 +296,5 @@ def test_a_result_quoting_its_own_call_id_is_the_same_answer_each_call(where: st
     verdicts = [quoting_agent.step("read_file", {"path": "a"}, quoting(n)) for n in range(1, 8)]
     plain = [plain_agent.step("read_file", {"path": "a"}, quoting(0)) for _ in range(1, 8)]
     assert verdicts == plain
-    assert quoting_agent.kinds == plain_agent.kinds
-    assert [kind for _, kind, _ in plain_agent.kinds][:2] == ["steer", "block"]
+    assert quoting_agent.stamps == plain_agent.stamps
+    assert [kind for _, kind, _ in plain_agent.stamps][:2] == ["steer", "block"]

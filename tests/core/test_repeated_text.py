@@ -11,7 +11,7 @@ from loop_guard._engine import Engine
 from loop_guard._messages import REPLY
 from loop_guard._repeated_text import TextWatch, find_repetition
 from loop_guard._state import RequestState
-from loop_guard.testing import capture_events
+from loop_guard.testing import GuardDriver, capture_events
 from tests.support.texts import DIVIDERS, LOOPS, NOT_LOOPS, Text
 
 
@@ -216,14 +216,10 @@ def test_telling_the_same_reply_twice_changes_nothing() -> None:
 
 
 def test_text_blocks_and_tool_blocks_add_up_to_the_stop() -> None:
-    from loop_guard import Call, Proceed, Result
-
-    session = LoopGuard(abort_threshold=3).session("t")
-    session.start_request("r")
+    driver = GuardDriver(LoopGuard(abort_threshold=3))
+    session = driver.session
     for _ in range(6):  # a streak: steered at 3, blocked at 5 and 6
-        call = Call.of("ls", {})
-        if isinstance(session.check_call(call), Proceed):
-            session.record_result(call, Result.of("same"))
+        driver.step("ls", {}, "same")
     assert session.state.blocks == 2
     session.repeated_text("reply-1", repeats=30)  # the request's first cut: a steer
     assert session.stop is None

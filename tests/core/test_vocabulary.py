@@ -14,23 +14,18 @@ from pathlib import Path
 import pytest
 
 import loop_guard
-from loop_guard import Call, GuardEvent, LoopGuard, LoopGuardStop, Proceed, Result, Stop
+from loop_guard import Call, GuardEvent, LoopGuard, LoopGuardStop, Stop
+from loop_guard.testing import GuardDriver
 
 ROOT = Path(loop_guard.__file__).parent.parent
 
 
 def stubborn_events(**settings: object) -> tuple[LoopGuard, list[GuardEvent]]:
     """A guard that saw one call repeated, with the same result, until it stopped."""
-    events: list[GuardEvent] = []
-    guard = LoopGuard(on_event=events.append, **settings)  # type: ignore[arg-type]
-    session = guard.session("t")
-    session.start_request("r")
-    while session.stop is None:
-        call = Call.of("ls", {"path": "/"})
-        session.open_batch([call])
-        if isinstance(session.check_call(call), Proceed):
-            session.record_result(call, Result.of("README.md"))
-    return guard, events
+    driver = GuardDriver(LoopGuard(**settings))  # type: ignore[arg-type]
+    while driver.session.stop is None:
+        driver.batch([("ls", {"path": "/"}, "README.md")])
+    return driver.guard, driver.events
 
 
 def test_events_and_counters_say_steer_block_stop() -> None:

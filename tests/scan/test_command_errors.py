@@ -217,6 +217,7 @@ def test_a_provider_that_fails_mid_run_is_one_line_naming_it(
     assert "ProviderDown: Error code: 401 - invalid x-api-key" in line
 
 
+@pytest.mark.slow
 def test_a_provider_whose_package_is_missing_is_one_line() -> None:
     done = run_process("demo", "--model", "mistralai:mistral-small-latest")
     assert done.returncode == 2
@@ -250,6 +251,7 @@ def test_a_bug_while_scanning_is_one_line_with_a_hint(
 # --- as a real process ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_command_as_a_process(
     corrupt_fleet: Path, not_checkpoints: Path, tmp_path: Path
 ) -> None:

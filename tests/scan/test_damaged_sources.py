@@ -21,11 +21,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.scan.test_scan import openai_loop
+from tests.support import examples
 from tests.support.cli import run_cli
 from tests.support.fleet import sqlite_fleet
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

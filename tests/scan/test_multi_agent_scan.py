@@ -21,13 +21,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
 from langgraph_swarm import create_handoff_tool, create_swarm
 
-from loop_guard.testing import (
-    Script,
-    ScriptedChatModel,
-    sequence,
-    stubborn,
-    tool_calls_message,
-)
+from loop_guard.testing import Script, ScriptedChatModel, sequence, stubborn, tool_calls_message
 from tests.support.agents import ToolRuns, ask, make_tools
 from tests.support.browser import ReportPage, artifacts, chromium, measured, need_chromium
 from tests.support.cli import run_cli

@@ -31,7 +31,7 @@ from packaging.version import Version
 
 import loop_guard.scan
 from loop_guard import LoopGuardConfig, ToolPolicy
-from tests.support import ROOT
+from tests.support import ROOT, slow_except
 from tests.support.agents import record_unguarded_loops
 from tests.support.cli import run_cli
 
@@ -180,16 +180,19 @@ def test_pi_replays_a_thread_as_the_pi_extension_would(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("arguments", "message"),
-    [
-        (["--repeat-window", "many"], "--repeat-window"),
-        (["--repeat-window", "1"], "repeat_window must be an integer >= 2"),
-        (["--warn-threshold", "0"], "warn_threshold must be an integer >= 1"),
-        (["--warn-threshold", "6"], "warn_threshold (6) must be less than block_threshold (5)"),
-        (["--tools", "{poll"], "--tools: is not JSON"),
-        (["--tools", '{"poll": {"block": 3}}'], "unknown tool policy option for 'poll'"),
-        (["--tools", '{"poll": {"normalizer": "x"}}'], "cannot set a normalizer"),
-        (["--detect-cycles=yes"], "--detect-cycles"),
-    ],
+    slow_except(  # a process each: the first runs in the quick suite
+        [
+            (["--repeat-window", "many"], "--repeat-window"),
+            (["--repeat-window", "1"], "repeat_window must be an integer >= 2"),
+            (["--warn-threshold", "0"], "warn_threshold must be an integer >= 1"),
+            (["--warn-threshold", "6"], "warn_threshold (6) must be less than block_threshold (5)"),
+            (["--tools", "{poll"], "--tools: is not JSON"),
+            (["--tools", '{"poll": {"block": 3}}'], "unknown tool policy option for 'poll'"),
+            (["--tools", '{"poll": {"normalizer": "x"}}'], "cannot set a normalizer"),
+            (["--detect-cycles=yes"], "--detect-cycles"),
+        ],
+        lambda case: case[1] == "--repeat-window",
+    ),
 )
 def test_a_bad_flag_value_is_a_message_and_status_2(
     tmp_path: Path, arguments: list[str], message: str

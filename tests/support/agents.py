@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable
@@ -79,6 +80,25 @@ class ToolRuns:
     def hit(self, name: str) -> None:
         with self._lock:
             self.counts[name] += 1
+
+
+class ReplyRecorder(AgentMiddleware[Any, Any]):
+    """A middleware wrapping the model call from outside the guard (listed before it): keeps
+    the reply each call hands back last in its `result`, sync and async."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replies: list[BaseMessage] = []
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        response = handler(request)
+        self.replies.append(response.result[-1])
+        return response
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        response = await handler(request)
+        self.replies.append(response.result[-1])
+        return response
 
 
 def make_tools(runs: ToolRuns) -> list[BaseTool]:
@@ -166,6 +186,13 @@ def final_stop(messages: Sequence[BaseMessage]) -> AIMessage | None:
     return None
 
 
+def assert_stopped(messages: Sequence[BaseMessage], name: str = "") -> None:
+    """The default ladder run to its end: one steer, three blocked calls, the guard's stop."""
+    assert len(steers(messages)) == 1, name
+    assert len(blocked(messages)) == 3, name
+    assert final_stop(messages) is not None, name
+
+
 def assert_valid_history(messages: Sequence[BaseMessage]) -> None:
     """Every tool call is answered exactly once, right after its AI message."""
     pending: list[str] = []
@@ -223,17 +250,31 @@ def build_graph(
     deliver_steer: bool | None = None,
     handle_tool_errors: bool = False,
     interrupt_before: list[str] | None = None,
+    node: bool | LoopGuardNode = True,
+    model_node: Callable[[MessagesState], dict[str, Any]] | None = None,
+    wrapped: bool = True,
 ) -> Any:
-    """model -> ToolNode(guarded tools) -> LoopGuardNode -> model | END."""
+    """model -> ToolNode(guarded tools) -> LoopGuardNode -> model | END, the one hand-built
+    graph of the tests. `node=False` leaves the node out (tools -> model: a handler on the run
+    then guards it); a `LoopGuardNode` given is the node; `model_node` replaces the model's
+    node (one that trims or rewrites what the model is sent); `wrapped=False` gives the
+    ToolNode the tools unwrapped."""
     errors = {"handle_tool_errors": True} if handle_tool_errors else {}
     builder = StateGraph(MessagesState)
-    builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
-    guarded = guard_tools(tools, guard, deliver_steer=deliver_steer)
+    if model_node is None:
+        builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+    else:
+        builder.add_node("model", model_node)
+    guarded = guard_tools(tools, guard, deliver_steer=deliver_steer) if wrapped else list(tools)
     builder.add_node("tools", ToolNode(guarded, **errors))
-    builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", tools_condition)
-    builder.add_edge("tools", "loop_guard")
+    if node is False:
+        builder.add_edge("tools", "model")
+    else:
+        guard_node = LoopGuardNode(guard) if node is True else node
+        builder.add_node("loop_guard", guard_node, destinations=("model", END))
+        builder.add_edge("tools", "loop_guard")
     return builder.compile(checkpointer=checkpointer, interrupt_before=interrupt_before)
 
 
@@ -245,9 +286,10 @@ def guarded_agent(
     on_event: Callable[[GuardEvent], object] | None = None,
     checkpointer: Any = None,
     interrupt_before: list[str] | None = None,
+    **options: Any,
 ) -> tuple[Any, dict[str, Any]]:
-    """An agent guarded by a new guard, attached the way `face` does it, and what its run
-    config needs (the handler's callbacks):
+    """An agent guarded by a new guard (given `options`), attached the way `face` does it,
+    and what its run config needs (the handler's callbacks):
 
     - `middleware` (`agent` in the worker scripts): `create_agent` with `LoopGuardMiddleware`;
     - `graph`: `guard_tools` + `ToolNode` + `LoopGuardNode` (`build_graph`);
@@ -260,12 +302,12 @@ def guarded_agent(
         agent = create_agent(
             model,
             list(tools),
-            middleware=[LoopGuardMiddleware(on_event=on_event)],
+            middleware=[LoopGuardMiddleware(on_event=on_event, **options)],
             checkpointer=checkpointer,
             interrupt_before=interrupt_before,
         )
         return agent, {}
-    guard = LoopGuard(on_event=on_event)
+    guard = LoopGuard(on_event=on_event, **options)
     if face == "graph":
         graph = build_graph(
             model, tools, guard, checkpointer=checkpointer, interrupt_before=interrupt_before

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
+from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain.agents.middleware.human_in_the_loop import InterruptOnConfig
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -27,8 +27,10 @@ from langgraph.types import Command
 from loop_guard import LoopGuardMiddleware
 from loop_guard.testing import ScriptedChatModel, sequence, stubborn
 from tests.support.agents import (
+    ReplyRecorder,
     ToolRuns,
     ask,
+    assert_stopped,
     assert_valid_history,
     blocked,
     final_stop,
@@ -162,9 +164,7 @@ def test_a_refused_call_never_reaches_the_human(
     assert len(review.asked) == review.requests == 4
     assert runs.counts["read_file"] == 4
     assert model.calls == 7
-    assert len(steers(messages)) == 1
-    assert len(blocked(messages)) == 3
-    assert final_stop(messages) is not None
+    assert_stopped(messages)
 
 
 @pytest.mark.parametrize("order", ORDERS)
@@ -255,28 +255,21 @@ def test_a_wrapping_middleware_sees_the_reply_last() -> None:
     """The guard decides inside the model call; a `wrap_model_call` listed before it still
     gets the model's reply last in `result`, and the refusals and the stop still reach
     the history after it."""
-    replies: list[BaseMessage] = []
-
-    class Outer(AgentMiddleware):
-        def wrap_model_call(self, request: Any, handler: Any) -> Any:
-            response = handler(request)
-            replies.append(response.result[-1])
-            return response
-
+    outer = ReplyRecorder()
     runs = ToolRuns()
     model = ScriptedChatModel(script=stubborn(READ_NOTES))
     agent = create_agent(
         model,
         make_tools(runs),
-        middleware=[Outer(), LoopGuardMiddleware()],
+        middleware=[outer, LoopGuardMiddleware()],
         checkpointer=InMemorySaver(),
     )
     messages = agent.invoke(ask(), {"configurable": {"thread_id": "t1"}})["messages"]
     # 5 model turns: 4 whose call runs (the 4th steered first), then one in which the
     # model is asked 3 times: refused in full twice, then stopped.
-    assert len(replies) == 5
+    assert len(outer.replies) == 5
     assert model.calls == 7
-    assert all(isinstance(r, AIMessage) and r.tool_calls and r.name is None for r in replies)
+    assert all(isinstance(r, AIMessage) and r.tool_calls and r.name is None for r in outer.replies)
     assert len(blocked(messages)) == 3
     assert final_stop(messages) is not None
     assert_valid_history(messages)

@@ -22,6 +22,7 @@ match, message for message (ids aside), and stay valid.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,18 +33,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, AgentState
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    RemoveMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.graph import MessagesState
 from langgraph.runtime import Runtime
 from typing_extensions import override
 
@@ -53,12 +47,10 @@ from loop_guard import (
     LoopGuard,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
-    LoopGuardNode,
     LoopGuardStop,
-    guard_tools,
 )
 from loop_guard.testing import ScriptedChatModel, ToolCallSpec, tool_calls_message
-from tests.support.agents import ToolRuns, assert_valid_history, make_tools, timeline
+from tests.support.agents import ToolRuns, assert_valid_history, build_graph, make_tools, timeline
 
 CALLS: list[ToolCallSpec] = [
     ("read_file", {"path": "notes.md"}),  # fails the same way every time
@@ -174,7 +166,8 @@ class Trim(AgentMiddleware[AgentState[Any], Any]):
 Build = Callable[..., tuple[Runnable[Any, Any], dict[str, Any]]]
 
 
-def middleware_face(
+def build_face(
+    face: str,
     model: ScriptedChatModel,
     tools: list[BaseTool],
     on_event: Callable[[GuardEvent], object],
@@ -183,30 +176,19 @@ def middleware_face(
     pauses: bool,
     trimmed: bool,
 ) -> tuple[Runnable[Any, Any], dict[str, Any]]:
-    middleware: list[AgentMiddleware[Any, Any, Any]] = [LoopGuardMiddleware(on_event=on_event)]
-    if trimmed:
-        middleware.insert(0, Trim())
-    agent = create_agent(
-        model,
-        tools,
-        middleware=middleware,
-        checkpointer=checkpointer,
-        interrupt_before=["tools"] if pauses else None,
-    )
-    return agent, {}
-
-
-def _graph(
-    model: ScriptedChatModel,
-    tools: list[BaseTool],
-    guard: LoopGuard,
-    checkpointer: Any,
-    *,
-    node: bool,
-    pauses: bool,
-    trimmed: bool,
-) -> Runnable[Any, Any]:
-    """model -> tools (wrapped) [-> LoopGuardNode] -> model; the model node trims first."""
+    """An agent guarded by `face`, the model node trimming first: `create_agent` with the
+    middleware, or model -> tools (wrapped) [-> LoopGuardNode] -> model, where without the
+    node a handler on the run guards it."""
+    pause = ["tools"] if pauses else None
+    if face == "middleware":
+        middleware: list[AgentMiddleware[Any, Any, Any]] = [LoopGuardMiddleware(on_event=on_event)]
+        if trimmed:
+            middleware.insert(0, Trim())
+        agent = create_agent(
+            model, tools, middleware=middleware, checkpointer=checkpointer, interrupt_before=pause
+        )
+        return agent, {}
+    guard = LoopGuard(on_event=on_event)
 
     def call_model(state: MessagesState) -> dict[str, Any]:
         removals = trim(state["messages"]) if trimmed else []
@@ -214,53 +196,23 @@ def _graph(
         reply = model.invoke([m for m in state["messages"] if m.id not in removed])
         return {"messages": [*removals, reply]}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("model", call_model)
-    builder.add_node("tools", ToolNode(guard_tools(tools, guard)))
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges("model", tools_condition)
-    if node:
-        builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
-        builder.add_edge("tools", "loop_guard")
-    else:
-        builder.add_edge("tools", "model")
-    return builder.compile(
-        checkpointer=checkpointer, interrupt_before=["tools"] if pauses else None
+    node = face == "node"
+    graph = build_graph(
+        model,
+        tools,
+        guard,
+        checkpointer=checkpointer,
+        interrupt_before=pause,
+        node=node,
+        model_node=call_model,
     )
-
-
-def node_face(
-    model: ScriptedChatModel,
-    tools: list[BaseTool],
-    on_event: Callable[[GuardEvent], object],
-    checkpointer: Any,
-    *,
-    pauses: bool,
-    trimmed: bool,
-) -> tuple[Runnable[Any, Any], dict[str, Any]]:
-    guard = LoopGuard(on_event=on_event)
-    graph = _graph(model, tools, guard, checkpointer, node=True, pauses=pauses, trimmed=trimmed)
-    return graph, {}
-
-
-def handler_face(
-    model: ScriptedChatModel,
-    tools: list[BaseTool],
-    on_event: Callable[[GuardEvent], object],
-    checkpointer: Any,
-    *,
-    pauses: bool,
-    trimmed: bool,
-) -> tuple[Runnable[Any, Any], dict[str, Any]]:
-    guard = LoopGuard(on_event=on_event)
-    graph = _graph(model, tools, guard, checkpointer, node=False, pauses=pauses, trimmed=trimmed)
-    return graph, {"callbacks": [LoopGuardCallbackHandler(guard)]}
+    return graph, {} if node else {"callbacks": [LoopGuardCallbackHandler(guard)]}
 
 
 FACES: dict[str, Build] = {
-    "middleware": middleware_face,
-    "wrapped tools + node": node_face,
-    "wrapped tools + handler": handler_face,
+    "middleware": functools.partial(build_face, "middleware"),
+    "wrapped tools + node": functools.partial(build_face, "node"),
+    "wrapped tools + handler": functools.partial(build_face, "handler"),
 }
 
 

@@ -14,10 +14,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from loop_guard import (
-    LoopGuardConfig,
-    LoopGuardStop,
-)
+from loop_guard import LoopGuardConfig, LoopGuardStop
 from loop_guard.scan import Conversation, scan_conversation
 from loop_guard.testing import Script, ScriptedChatModel, stubborn
 from tests.support.agents import (

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -38,19 +37,9 @@ trace.set_tracer_provider(_tracer_provider)
 metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
 TRACER = trace.get_tracer("tests")
 
-Face = Callable[[Any, ToolRuns], tuple[Any, dict[str, Any]]]
 
-
-def middleware_face(model: Any, runs: ToolRuns) -> tuple[Any, dict[str, Any]]:
-    return guarded_agent("middleware", model, make_tools(runs), checkpointer=InMemorySaver())
-
-
-def node_face(model: Any, runs: ToolRuns) -> tuple[Any, dict[str, Any]]:
-    return guarded_agent("graph", model, make_tools(runs), checkpointer=InMemorySaver())
-
-
-def handler_face(model: Any, runs: ToolRuns) -> tuple[Any, dict[str, Any]]:
-    return guarded_agent("handler", model, make_tools(runs), checkpointer=InMemorySaver())
+def guarded(face: str, model: Any) -> tuple[Any, dict[str, Any]]:
+    return guarded_agent(face, model, make_tools(ToolRuns()), checkpointer=InMemorySaver())
 
 
 def counts() -> Counter[tuple[str, str, str]]:
@@ -72,21 +61,21 @@ def counts() -> Counter[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
 @pytest.mark.parametrize(
-    "face", [middleware_face, node_face, handler_face], ids=["middleware", "node", "handler"]
+    "face", ["middleware", "graph", "handler"], ids=["middleware", "node", "handler"]
 )
-def test_each_steer_block_and_stop_is_a_span_event_and_a_count(face: Face, mode: Mode) -> None:
+def test_each_steer_block_and_stop_is_a_span_event_and_a_count(face: str, mode: Mode) -> None:
     """A stuck read: one steer, three blocks and the stop land on the span current during
     the run, with the tool's name and call id, and the counters grow by as many."""
     SPANS.clear()
     before = counts()
     model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
-    agent, extra = face(model, ToolRuns())
+    agent, extra = guarded(face, model)
     config = {"configurable": {"thread_id": "t"}, **extra}
     with TRACER.start_as_current_span("agent run"):
         try:
             run(agent, ask(), config, mode)
         except LoopGuardStop:
-            assert face is handler_face  # the handler's stop raises
+            assert face == "handler"  # the handler's stop raises
     (span,) = [span for span in SPANS.get_finished_spans() if span.name == "agent run"]
     names = [event.name for event in span.events]
     assert names == ["loop_guard.steer", *["loop_guard.block"] * 3, "loop_guard.stop"]
@@ -120,12 +109,13 @@ def test_outside_any_span_only_the_counters_move() -> None:
     SPANS.clear()
     before = counts()
     model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
-    agent, _ = middleware_face(model, ToolRuns())
+    agent, _ = guarded("middleware", model)
     run(agent, ask(), {"configurable": {"thread_id": "t"}}, "invoke")
     assert sum((counts() - before).values()) == 5
     assert SPANS.get_finished_spans() == ()
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_without_opentelemetry_nothing_imports_it() -> None:
     """With `opentelemetry` not importable, a guard steers as before and never tries it."""
     script = textwrap.dedent(

@@ -14,8 +14,6 @@ from langchain.agents import create_agent
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import InjectedToolCallId, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command
 
 from loop_guard import (
@@ -26,7 +24,6 @@ from loop_guard import (
     LoopGuardConfig,
     LoopGuardConfigWarning,
     LoopGuardMiddleware,
-    LoopGuardNode,
     Result,
     ToolPolicy,
     _config,
@@ -34,7 +31,8 @@ from loop_guard import (
 )
 from loop_guard._fingerprint import args_fingerprint, result_fingerprint
 from loop_guard._history import replay
-from loop_guard.testing import ScriptedChatModel, capture_events, sequence, stubborn
+from loop_guard.testing import GuardDriver, ScriptedChatModel, capture_events, sequence, stubborn
+from tests.support import examples
 from tests.support.agents import (
     ToolRuns,
     ask,
@@ -261,19 +259,16 @@ hostile = st.recursive(
 @pytest.mark.internals(
     reason="the canonical JSON a call's fingerprint hashes; Call.of shows only the hash"
 )
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(args=hostile, result=hostile, is_error=st.booleans())
 def test_arbitrary_values_never_make_the_guard_raise(
     args: Any, result: Any, is_error: bool
 ) -> None:
     """Any args and any result: fingerprints are stable and every decision is made."""
     assert args_fingerprint(args) == args_fingerprint(args)
-    session = LoopGuard(warn_threshold=1, block_threshold=2).session("t")
+    driver = GuardDriver(LoopGuard(warn_threshold=1, block_threshold=2))
     for _ in range(3):
-        call = Call.of("tool", args)
-        verdict = session.check_call(call)
-        if type(verdict).__name__ == "Proceed":
-            session.record_result(call, Result.of(result, is_error=is_error))
+        driver.step("tool", args, result, error=is_error)
 
 
 @pytest.mark.internals(
@@ -476,14 +471,7 @@ def test_a_failing_normalizer_hides_only_its_own_call(face: str) -> None:
         runnable: Any = create_agent(model, tools, middleware=[middleware])
     else:
         guard = LoopGuard(**options)
-        builder = StateGraph(MessagesState)
-        builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
-        builder.add_node("tools", ToolNode(tools))
-        builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
-        builder.add_edge(START, "model")
-        builder.add_conditional_edges("model", tools_condition)
-        builder.add_edge("tools", "loop_guard")
-        runnable = builder.compile()
+        runnable = build_graph(model, tools, guard, wrapped=False)
     with _quiet_guard_log():
         messages = runnable.invoke(ask(), {"recursion_limit": 200})["messages"]
     kinds = [event.kind for event in events]

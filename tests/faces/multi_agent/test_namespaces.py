@@ -44,6 +44,7 @@ from tests.support.agents import (
     ToolRuns,
     assert_valid_history,
     build_graph,
+    current_request,
     faces_and_modes,
     make_tools,
 )
@@ -104,15 +105,6 @@ class Guarded:
         return grouped
 
 
-def this_request(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """The messages after the last user message (the guard's steers are not users')."""
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, HumanMessage) and message.name != GUARD_NAME:
-            return list(messages[index + 1 :])
-    return list(messages)
-
-
 def told_to_stop(messages: Sequence[BaseMessage]) -> bool:
     """Whether the guard steered: a steer message, or a steer inside a tool result."""
     return any(
@@ -139,7 +131,7 @@ def supervisor_script() -> Script:
     a job once and answers. Each request lists a path of its own (the request's text)."""
 
     def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
-        request = this_request(messages)
+        request = current_request(messages)
         if not ran(request, "read_file"):
             if told_to_stop(request):
                 return AIMessage("over to the worker")
@@ -189,7 +181,7 @@ def siblings(
     worker_agent, _ = guarded.agent(worker, make_tools(runs))
 
     def route(state: MessagesState) -> str:
-        return END if ran(this_request(state["messages"]), "read_file") else "worker"
+        return END if ran(current_request(state["messages"]), "read_file") else "worker"
 
     builder = StateGraph(MessagesState)
     builder.add_node("supervisor", supervisor_agent)
@@ -220,7 +212,7 @@ def test_a_stuck_worker_is_stopped_alone(face: Face, mode: Mode) -> None:
         messages = guarded.run(parent, f"request-{request}", mode)
         assert isinstance(messages[-1], AIMessage)
         assert messages[-1].content == "supervisor done"  # not a stop
-        assert len(stops(this_request(messages))) == 1  # the worker's
+        assert len(stops(current_request(messages))) == 1  # the worker's
         assert_valid_history(messages)
         assert runs.counts["job_status"] == request  # the supervisor's second turn ran
         assert runs.counts["list_dir"] == 3 * request
@@ -245,7 +237,7 @@ def test_a_worker_does_not_inherit_its_siblings_stop(face: Face, mode: Mode) -> 
         assert runs.counts["job_status"] == request
         assert isinstance(messages[-1], AIMessage)
         assert messages[-1].content == "worker done"
-        assert len(stops(this_request(messages))) == 1  # the supervisor's
+        assert len(stops(current_request(messages))) == 1  # the supervisor's
         assert_valid_history(messages)
         assert list(guarded.conversations(since).values()) == [STOPPED]
 
@@ -258,7 +250,7 @@ def caller_script(*tasks: str) -> Script:
     response (parallel tool calls when there are several), then answers."""
 
     def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
-        request = this_request(messages)
+        request = current_request(messages)
         if ran(request, "delegate"):
             return AIMessage("caller done")
         if told_to_stop(request):

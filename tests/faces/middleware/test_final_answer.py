@@ -16,17 +16,8 @@ from langchain.agents.middleware.types import ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 
-from loop_guard import (
-    FINAL_ANSWER_MARK,
-    GUARD_NAME,
-    LoopGuard,
-    LoopGuardMiddleware,
-    LoopGuardNode,
-    guard_tools,
-)
+from loop_guard import FINAL_ANSWER_MARK, GUARD_NAME, LoopGuard, LoopGuardMiddleware, LoopGuardNode
 from loop_guard.testing import (
     ScriptedChatModel,
     asked_to_answer,
@@ -40,6 +31,7 @@ from tests.support.agents import (
     ToolRuns,
     ask,
     assert_valid_history,
+    build_graph,
     final_stop,
     make_tools,
     run,
@@ -204,15 +196,8 @@ def test_an_unknown_exit_behavior_names_the_choices() -> None:
 def guarded_graph(model: ScriptedChatModel, runs: ToolRuns, *, answer: bool) -> Any:
     """The README's graph, its node given the model for the final answer or not."""
     guard = LoopGuard()
-    builder = StateGraph(MessagesState)
-    builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
-    builder.add_node("tools", ToolNode(guard_tools(make_tools(runs), guard)))
     node = LoopGuardNode(guard, model=model) if answer else LoopGuardNode(guard)
-    builder.add_node("loop_guard", node, destinations=("model", END))
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges("model", tools_condition)
-    builder.add_edge("tools", "loop_guard")
-    return builder.compile(checkpointer=InMemorySaver())
+    return build_graph(model, make_tools(runs), guard, checkpointer=InMemorySaver(), node=node)
 
 
 @pytest.mark.parametrize("mode", MODES)

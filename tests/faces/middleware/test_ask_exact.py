@@ -16,8 +16,15 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.types import Command
 
 from loop_guard.testing import stubborn
-from tests.faces.test_ask import LIST, MODES, Asking, question
-from tests.faces.test_hitl import InterruptMode, Order, _approve, _asked_ids, build, refused_ids
+from tests.faces.middleware.test_ask import LIST, MODES, Asking, question
+from tests.faces.middleware.test_hitl import (
+    InterruptMode,
+    Order,
+    _approve,
+    _asked_ids,
+    build,
+    refused_ids,
+)
 from tests.support.agents import ask, assert_valid_history, needs_async_context
 
 READ = ("read_file", {"path": "a.txt"})

@@ -7,17 +7,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from loop_guard import GuardEvent, LoopGuard, LoopGuardMiddleware
+from loop_guard import GuardEvent
 from loop_guard.testing import Script, ScriptedChatModel, obedient, sequence, stubborn
 from tests.support.agents import (
     ToolRuns,
     ask,
     assert_valid_history,
-    build_graph,
+    guarded_agent,
     make_tools,
     timeline,
 )
@@ -118,37 +117,27 @@ SCENARIOS = [
 ]
 
 
-def via_middleware(scenario: Scenario) -> tuple[list[BaseMessage], list[str], ToolRuns]:
+def via(face: str, scenario: Scenario) -> tuple[list[BaseMessage], list[str], ToolRuns]:
     events: list[GuardEvent] = []
     runs = ToolRuns()
-    agent = create_agent(
-        ScriptedChatModel(script=scenario.script),
+    model = ScriptedChatModel(script=scenario.script)
+    agent, _ = guarded_agent(
+        face,
+        model,
         make_tools(runs),
-        middleware=[LoopGuardMiddleware(on_event=events.append, **scenario.options)],
+        on_event=events.append,
         checkpointer=InMemorySaver(),
+        **scenario.options,
     )
     messages = agent.invoke(ask(), {"configurable": {"thread_id": "s"}})["messages"]
-    return messages, [e.kind for e in events], runs
-
-
-def via_graph_node(scenario: Scenario) -> tuple[list[BaseMessage], list[str], ToolRuns]:
-    events: list[GuardEvent] = []
-    runs = ToolRuns()
-    graph = build_graph(
-        ScriptedChatModel(script=scenario.script),
-        make_tools(runs),
-        LoopGuard(on_event=events.append, **scenario.options),
-        checkpointer=InMemorySaver(),
-    )
-    messages = graph.invoke(ask(), {"configurable": {"thread_id": "s"}})["messages"]
     return messages, [e.kind for e in events], runs
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_middleware_and_graph_node_decide_alike(scenario: Scenario) -> None:
     """Same events, same tool runs, same history (ids aside) through both faces."""
-    agent_messages, agent_events, agent_runs = via_middleware(scenario)
-    graph_messages, graph_events, graph_runs = via_graph_node(scenario)
+    agent_messages, agent_events, agent_runs = via("middleware", scenario)
+    graph_messages, graph_events, graph_runs = via("graph", scenario)
     assert agent_events == scenario.events
     assert graph_events == scenario.events
     assert dict(agent_runs.counts) == scenario.runs

@@ -44,13 +44,13 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from loop_guard import LoopCost, LoopGuardMiddleware, compact_repeats
 from loop_guard._state import RequestState
 from loop_guard.testing import ScriptedChatModel, capture_events, tool_calls_message
-from tests.support.agents import assert_valid_history
+from tests.support import ROOT
+from tests.support.agents import assert_valid_history, build_graph
 
 BIG = "".join(f"line {n:04}: the same four kilobytes every time\n" for n in range(82))[:4096]
 MARK = "[Identical to the result of "
 HEALTHY_STEPS = 10  # distinct calls before each request's loop
 REQUESTS = 3
-REPO = Path(__file__).resolve().parents[2]
 
 
 def make_tools() -> list[BaseTool]:
@@ -337,11 +337,11 @@ def test_a_thread_resumed_in_a_fresh_process_keeps_its_prefix(tmp_path: Path) ->
     checkpointer = SqliteSaver(sqlite3.connect(database, check_same_thread=False))
     run(agent_of(recorder, checkpointer), "request 0", "t", "invoke")
     code = (
-        "from tests.faces.test_compaction import resume_in_a_fresh_process as resume; "
+        "from tests.faces.middleware.test_compaction import resume_in_a_fresh_process as resume; "
         f"resume({database!r})"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     resumed = [messages_from_dict(sent) for sent in json.loads(done.stdout.splitlines()[-1])]
     assert_prefix_stable([*recorder.sent, *resumed])
@@ -351,23 +351,16 @@ def test_a_thread_resumed_in_a_fresh_process_keeps_its_prefix(tmp_path: Path) ->
 def guarded_graph(recorder: Recorder, sending: Callable[[list[BaseMessage]], Any]) -> Any:
     """A hand-built graph guarded by the node, whose model node sends the model
     `sending(messages)`."""
-    from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    from loop_guard import LoopGuard, LoopGuardNode, guard_tools
+    from loop_guard import LoopGuard
 
     model = ScriptedChatModel(script=recorder)
-    guard = LoopGuard()
-    builder = StateGraph(MessagesState)
-    builder.add_node(
-        "model", lambda state: {"messages": [model.invoke(sending(state["messages"]))]}
+    return build_graph(
+        model,
+        make_tools(),
+        LoopGuard(),
+        checkpointer=InMemorySaver(),
+        model_node=lambda state: {"messages": [model.invoke(sending(state["messages"]))]},
     )
-    builder.add_node("tools", ToolNode(guard_tools(make_tools(), guard)))
-    builder.add_node("loop_guard", LoopGuardNode(guard), destinations=("model", END))
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges("model", tools_condition)
-    builder.add_edge("tools", "loop_guard")
-    return builder.compile(checkpointer=InMemorySaver())
 
 
 def test_a_graphs_model_node_sends_compacted_messages() -> None:
@@ -553,7 +546,7 @@ class OpenAIWire(Wire):
         }
 
 
-@pytest.mark.parametrize("wire", [AnthropicWire, OpenAIWire])
+@pytest.mark.parametrize("wire", [AnthropicWire, pytest.param(OpenAIWire, marks=pytest.mark.slow)])
 def test_every_compacted_request_is_accepted_on_the_providers_wire_format(
     wire: type[Wire],
 ) -> None:

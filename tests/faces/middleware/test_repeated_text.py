@@ -5,6 +5,7 @@ callback handler counts it; the scan reports it. Look-alikes pass untouched."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
 import threading
 from collections.abc import Sequence
@@ -46,8 +47,22 @@ from loop_guard.testing import (
     steered,
     tool_calls_message,
 )
+from tests.support import slow_except
 from tests.support.agents import MODES, Mode, assert_valid_history, needs_async_context
 from tests.support.texts import DIVIDERS, LOOPS, NOT_LOOPS, Text
+
+
+def sampled(texts: list[Text], modes: list[str]) -> list[Any]:
+    """Every text in the first mode and the first text in the others in the quick suite,
+    every pair in the whole."""
+    pairs = itertools.product(texts, modes)
+    return slow_except(pairs, lambda pair: pair[1] == modes[0] or pair[0] is texts[0])
+
+
+def named(value: Any) -> str | None:
+    """A text's id is its name; a mode's, itself."""
+    return getattr(value, "name", None)
+
 
 PREFIX = "The build log shows one failing test, test_parse_dates. "
 CHANT = "Let me check the log file again to be sure. "
@@ -203,8 +218,7 @@ def test_a_model_that_keeps_chanting_is_stopped(mode: Mode) -> None:
     assert stats.cost.model_calls == 4
 
 
-@pytest.mark.parametrize("mode", ["stream", "ainvoke"])
-@pytest.mark.parametrize("text", NOT_LOOPS, ids=lambda text: text.name)
+@pytest.mark.parametrize(("text", "mode"), sampled(NOT_LOOPS, ["stream", "ainvoke"]), ids=named)
 def test_look_alikes_pass_untouched(text: Text, mode: Mode) -> None:
     model, middleware, agent = guarded(lambda messages, index: AIMessage(text.text))
     model.chunk_chars = 16
@@ -215,8 +229,7 @@ def test_look_alikes_pass_untouched(text: Text, mode: Mode) -> None:
     assert model.calls == 1
 
 
-@pytest.mark.parametrize("mode", ["stream", "ainvoke"])
-@pytest.mark.parametrize("text", LOOPS, ids=lambda text: text.name)
+@pytest.mark.parametrize(("text", "mode"), sampled(LOOPS, ["stream", "ainvoke"]), ids=named)
 def test_every_loop_of_the_catalogue_is_cut_after_its_prefix(text: Text, mode: Mode) -> None:
     def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
         return AIMessage(ANSWER if steered(messages) else text.text)
@@ -368,8 +381,9 @@ def test_the_handler_counts_a_streamed_chanting_reply() -> None:
     assert model.chunks == len(CHANTING) // CHUNK + 1
 
 
-@pytest.mark.parametrize("mode", ["stream", "invoke"])
-@pytest.mark.parametrize("text", LOOPS + NOT_LOOPS, ids=lambda text: text.name)
+@pytest.mark.parametrize(
+    ("text", "mode"), sampled(LOOPS + NOT_LOOPS, ["stream", "invoke"]), ids=named
+)
 def test_the_handler_reads_the_catalogue_as_the_middleware_does(text: Text, mode: Mode) -> None:
     guard = LoopGuard()
     model = ScriptedChatModel(script=lambda messages, index: AIMessage(text.text), chunk_chars=16)
@@ -382,7 +396,8 @@ def test_the_handler_reads_the_catalogue_as_the_middleware_does(text: Text, mode
 
 
 @pytest.mark.parametrize(
-    "mode", ["stream", pytest.param("astream", marks=needs_async_context), "invoke"]
+    "mode",
+    ["stream", pytest.param("astream", marks=[needs_async_context, pytest.mark.slow]), "invoke"],
 )
 def test_the_handler_stops_a_stream_when_the_request_stops(mode: Mode) -> None:
     def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
-    AgentMiddleware,
     HumanInTheLoopMiddleware,
     SummarizationMiddleware,
     ToolCallLimitMiddleware,
@@ -20,13 +19,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from loop_guard import (
-    GuardEvent,
-    LoopCost,
-    LoopGuardConfig,
-    LoopGuardMiddleware,
-    LoopGuardStop,
-)
+from loop_guard import GuardEvent, LoopCost, LoopGuardConfig, LoopGuardMiddleware, LoopGuardStop
 from loop_guard.testing import (
     ScriptedChatModel,
     capture_events,
@@ -38,8 +31,10 @@ from loop_guard.testing import (
 from tests.support.agents import (
     MODES,
     Mode,
+    ReplyRecorder,
     ToolRuns,
     ask,
+    assert_stopped,
     assert_valid_history,
     blocked,
     current_request,
@@ -121,9 +116,7 @@ def test_unknown_tool_called_repeatedly_is_stopped_without_crashing(mode: Mode) 
     agent, model, runs = build(stubborn(("open_file", {"path": "notes.md"})))
     messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, mode)
     assert sum(runs.counts.values()) == 0
-    assert len(steers(messages)) == 1
-    assert len(blocked(messages)) == 3
-    assert final_stop(messages) is not None
+    assert_stopped(messages)
     assert model.calls == 7
     assert_valid_history(messages)
 
@@ -138,9 +131,7 @@ def test_identical_parallel_siblings_count_as_one_step(mode: Mode) -> None:
     # which reaches the abort threshold within that single response.
     assert runs.counts["read_file"] == 12
     assert model.calls == 5
-    assert len(steers(messages)) == 1
-    assert len(blocked(messages)) == 3
-    assert final_stop(messages) is not None
+    assert_stopped(messages)
     assert_valid_history(messages)
 
 
@@ -269,9 +260,7 @@ def test_one_instance_serves_many_threads_concurrently() -> None:
         messages = results[name]
         assert_valid_history(messages)
         if name.startswith("loop"):
-            assert len(steers(messages)) == 1, name
-            assert len(blocked(messages)) == 3, name
-            assert final_stop(messages) is not None, name
+            assert_stopped(messages, name)
         else:
             assert steers(messages) == [], name
             assert messages[-1].content == f"done {name}", name
@@ -290,43 +279,37 @@ def test_many_conversations_concurrently_in_one_event_loop() -> None:
         ]
 
     for messages in asyncio.run(main()):
-        assert len(steers(messages)) == 1
-        assert len(blocked(messages)) == 3
+        assert_stopped(messages)
+
+
+@pytest.mark.parametrize(
+    ("limit", "ran", "guard_stops"),
+    [
+        pytest.param(ToolCallLimitMiddleware(run_limit=50), 4, True, id="generous"),
+        pytest.param(
+            ToolCallLimitMiddleware(run_limit=2, exit_behavior="end"), 2, False, id="tight"
+        ),
+    ],
+)
+def test_composes_with_tool_call_limit_middleware(
+    limit: ToolCallLimitMiddleware, ran: int, guard_stops: bool
+) -> None:
+    """With a generous ToolCallLimitMiddleware the guard stops the loop first; a tight one
+    still ends the run before the guard needs to."""
+    runs = ToolRuns()
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
+    agent = create_agent(
+        model,
+        make_tools(runs),
+        middleware=[LoopGuardMiddleware(), limit],
+        checkpointer=InMemorySaver(),
+    )
+    messages = agent.invoke(ask(), {"configurable": {"thread_id": "t1"}})["messages"]
+    assert runs.counts["read_file"] == ran
+    if guard_stops:
         assert final_stop(messages) is not None
-
-
-def test_composes_with_tool_call_limit_middleware() -> None:
-    """A generous ToolCallLimitMiddleware and the guard: the guard stops the loop first."""
-    runs = ToolRuns()
-    model = ScriptedChatModel(script=stubborn(READ_NOTES))
-    agent = create_agent(
-        model,
-        make_tools(runs),
-        middleware=[LoopGuardMiddleware(), ToolCallLimitMiddleware(run_limit=50)],
-        checkpointer=InMemorySaver(),
-    )
-    messages = agent.invoke(ask(), {"configurable": {"thread_id": "t1"}})["messages"]
-    assert runs.counts["read_file"] == 4
-    assert final_stop(messages) is not None
-    assert_valid_history(messages)
-
-
-def test_tool_call_limit_can_still_stop_first() -> None:
-    """A tight ToolCallLimitMiddleware ends the run before the guard needs to."""
-    runs = ToolRuns()
-    model = ScriptedChatModel(script=stubborn(READ_NOTES))
-    agent = create_agent(
-        model,
-        make_tools(runs),
-        middleware=[
-            LoopGuardMiddleware(),
-            ToolCallLimitMiddleware(run_limit=2, exit_behavior="end"),
-        ],
-        checkpointer=InMemorySaver(),
-    )
-    messages = agent.invoke(ask(), {"configurable": {"thread_id": "t1"}})["messages"]
-    assert runs.counts["read_file"] == 2
-    assert steers(messages) == []
+    else:
+        assert steers(messages) == []
     assert_valid_history(messages)
 
 
@@ -375,9 +358,7 @@ def test_human_in_the_loop_interrupt_and_resume_mid_streak(order: str) -> None:
         result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
     messages = result["messages"]
     assert runs.counts["read_file"] == 4
-    assert len(steers(messages)) == 1
-    assert len(blocked(messages)) == 3
-    assert final_stop(messages) is not None
+    assert_stopped(messages)
     assert_valid_history(messages)
 
 
@@ -589,34 +570,22 @@ def test_a_failed_re_ask_under_model_retry_ends_with_the_guard_stop(mode: Mode, 
     not repeat the whole turn until its attempts run out and the refusals are lost."""
     from langchain.agents.middleware import ModelRetryMiddleware
 
-    replies: list[Any] = []
-
-    class Outer(AgentMiddleware):
-        def wrap_model_call(self, request: Any, handler: Any) -> Any:
-            response = handler(request)
-            replies.append(response.result[-1])
-            return response
-
-        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
-            response = await handler(request)
-            replies.append(response.result[-1])
-            return response
-
+    outer = ReplyRecorder()
     guard = LoopGuardMiddleware()
     picks = _every_other_call if fails == "every other call" else _re_asks()
     model = ScriptedChatModel(script=_failing(stubborn(READ_NOTES), picks))
     retry = ModelRetryMiddleware(max_retries=3, initial_delay=0, jitter=False)
     runs = ToolRuns()
     agent = create_agent(
-        model, make_tools(runs), middleware=[Outer(), retry, guard], checkpointer=InMemorySaver()
+        model, make_tools(runs), middleware=[outer, retry, guard], checkpointer=InMemorySaver()
     )
     with capture_events(guard.guard) as events:
         messages = run(agent, ask(), THREAD, mode)
     assert_valid_history(messages)
     # One model turn per step, its result ending with the model's reply (the refusals
     # of a failed re-ask follow it in the command).
-    assert len(replies) == 7
-    assert all(isinstance(r, AIMessage) and r.tool_calls and r.name is None for r in replies)
+    assert len(outer.replies) == 7
+    assert all(isinstance(r, AIMessage) and r.tool_calls and r.name is None for r in outer.replies)
     stop = final_stop(messages)
     assert stop is not None
     assert "Stopped by loop_guard" in str(stop.content)
