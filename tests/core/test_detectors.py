@@ -20,12 +20,11 @@ from loop_guard import (
     Result,
     ToolPolicy,
     _config,
-    normalize_fresh,
-    normalize_volatile,
 )
 from loop_guard._engine import Engine
 from loop_guard._langchain import result_of
 from loop_guard._state import RequestState
+from loop_guard.normalize import normalize_fresh, normalize_volatile
 from loop_guard.testing import GuardDriver
 
 THREAD = "t"

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loop_guard import normalize_fresh, normalize_volatile
 from loop_guard._volatile import mask_fresh
+from loop_guard.normalize import normalize_fresh, normalize_volatile
 
 U1, U2 = "3f2a9c1e-0b7d-4c1a-9e2f-5a6b7c8d9e0f", "7c1d0e2f-9a8b-4c3d-8e7f-6a5b4c3d2e1f"
 

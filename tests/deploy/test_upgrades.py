@@ -25,8 +25,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
 
-from loop_guard import LoopGuardMiddleware, LoopGuardStop, aupgrade_thread, upgrade_thread
+from loop_guard import LoopGuardMiddleware, LoopGuardStop
 from loop_guard.testing import ScriptedChatModel, stubborn
+from loop_guard.upgrades import aupgrade_thread, upgrade_thread
 from tests.support import FIXTURES
 from tests.support.agents import (
     ask,

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
-from loop_guard import GUARD_NAME
+from loop_guard.marks import GUARD_NAME
 from tests.support import ROOT
 from tests.support.browser import artifacts, chromium, need_chromium
 from tests.support.snippets import run_snippets, snippets, user_namespace

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from loop_guard import GUARD_NAME, Steer
+from loop_guard import Steer
+from loop_guard.marks import GUARD_NAME
 from tests.support import ROOT
 from tests.support.snippets import DEEPAGENTS, snippets
 

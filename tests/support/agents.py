@@ -24,7 +24,6 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from loop_guard import (
-    GUARD_NAME,
     GuardEvent,
     LoopGuard,
     LoopGuardCallbackHandler,
@@ -32,6 +31,7 @@ from loop_guard import (
     LoopGuardNode,
     guard_tools,
 )
+from loop_guard.marks import GUARD_NAME
 
 Mode = Literal["invoke", "ainvoke", "stream", "astream"]
 MODES: tuple[Mode, ...] = ("invoke", "ainvoke", "stream", "astream")

@@ -17,7 +17,6 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from loop_guard import (
-    GUARD_NAME,
     LoopGuard,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
@@ -25,6 +24,7 @@ from loop_guard import (
     LoopGuardStop,
     guard_tools,
 )
+from loop_guard.marks import GUARD_NAME
 from loop_guard.testing import ScriptedChatModel, obedient, stubborn
 from tests.support.agents import (
     Mode,

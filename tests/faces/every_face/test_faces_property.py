@@ -42,13 +42,13 @@ from langgraph.runtime import Runtime
 from typing_extensions import override
 
 from loop_guard import (
-    GUARD_NAME,
     GuardEvent,
     LoopGuard,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
     LoopGuardStop,
 )
+from loop_guard.marks import GUARD_NAME
 from loop_guard.testing import ScriptedChatModel, ToolCallSpec, tool_calls_message
 from tests.support.agents import ToolRuns, assert_valid_history, build_graph, make_tools, timeline
 

@@ -15,7 +15,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE
 
 from loop_guard import (
-    GUARD_NAME,
     LoopGuard,
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
@@ -24,6 +23,7 @@ from loop_guard import (
 )
 from loop_guard._langchain import RESULT_KEY, result_of, result_record
 from loop_guard._messages import unknown_tool_steer_text
+from loop_guard.marks import GUARD_NAME
 from loop_guard.testing import ScriptedChatModel, sequence, stubborn
 from tests.support.agents import Mode, assert_valid_history, build_graph, final_stop, run, steers
 

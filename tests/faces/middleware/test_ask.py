@@ -18,8 +18,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 from pydantic import TypeAdapter
 
-from loop_guard import BLOCK_MARK, FINAL_ANSWER_MARK, GUARD_NAME, LoopCost, LoopGuardMiddleware
+from loop_guard import LoopCost, LoopGuardMiddleware
 from loop_guard._langchain import is_marked
+from loop_guard.marks import BLOCK_MARK, FINAL_ANSWER_MARK, GUARD_NAME
 from loop_guard.middleware import ExitBehavior
 from loop_guard.testing import ScriptedChatModel, ToolCallSpec, capture_events, stubborn
 from tests.support.agents import (

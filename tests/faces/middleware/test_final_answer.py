@@ -17,7 +17,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from loop_guard import FINAL_ANSWER_MARK, GUARD_NAME, LoopGuard, LoopGuardMiddleware, LoopGuardNode
+from loop_guard import LoopGuard, LoopGuardMiddleware, LoopGuardNode
+from loop_guard.marks import FINAL_ANSWER_MARK, GUARD_NAME
 from loop_guard.testing import (
     ScriptedChatModel,
     asked_to_answer,

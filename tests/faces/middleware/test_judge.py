@@ -16,8 +16,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from loop_guard import GUARD_NAME, JUDGE, LoopGuardMiddleware
+from loop_guard import LoopGuardMiddleware
 from loop_guard._judge import INSTRUCTIONS
+from loop_guard.marks import GUARD_NAME, JUDGE
 from loop_guard.testing import ScriptedChatModel, capture_events, steered, tool_calls_message
 
 NO_PROGRESS = '{"progress": false, "confidence": 0.95, "reason": "the same search, rephrased"}'

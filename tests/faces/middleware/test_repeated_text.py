@@ -28,7 +28,6 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 import loop_guard._turn as turn_module
 from loop_guard import (
-    GUARD_NAME,
     LoopGuard,
     LoopGuardCallbackHandler,
     LoopGuardConfig,
@@ -39,6 +38,7 @@ from loop_guard import (
 from loop_guard._messages import REPLY
 from loop_guard._repeated_text import find_repetition
 from loop_guard._reply_watch import REPEATED_TEXT_MARK, Cutter
+from loop_guard.marks import GUARD_NAME
 from loop_guard.scan import Conversation, scan_conversation
 from loop_guard.testing import (
     ScriptedChatModel,

@@ -16,7 +16,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from loop_guard import GUARD_NAME
+from loop_guard.marks import GUARD_NAME
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
 from tests.support.between import Network
 from tests.support.talk import (

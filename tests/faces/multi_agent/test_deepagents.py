@@ -23,8 +23,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from loop_guard import GUARD_NAME, GuardEvent, LoopGuardMiddleware, LoopGuardStop
+from loop_guard import GuardEvent, LoopGuardMiddleware, LoopGuardStop
 from loop_guard.deepagents import create_guarded_deep_agent
+from loop_guard.marks import GUARD_NAME
 from loop_guard.testing import ScriptedChatModel, asked_to_answer, tool_calls_message
 from tests.support.agents import assert_valid_history, blocked, current_request, final_stop, steers
 

@@ -26,7 +26,6 @@ from langgraph_swarm import create_handoff_tool, create_swarm
 from pydantic.warnings import PydanticDeprecatedSince20
 
 from loop_guard import (
-    GUARD_NAME,
     GuardEvent,
     LoopGuard,
     LoopGuardCallbackHandler,
@@ -34,6 +33,7 @@ from loop_guard import (
     LoopGuardStop,
     guard_tools,
 )
+from loop_guard.marks import GUARD_NAME
 from loop_guard.testing import Script, ScriptedChatModel
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
 from tests.support.between import TASKS, HandlerPingPong, Network, PingPong, search

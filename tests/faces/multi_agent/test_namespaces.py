@@ -31,7 +31,6 @@ from langgraph.types import Send
 from typing_extensions import TypedDict
 
 from loop_guard import (
-    GUARD_NAME,
     GuardEvent,
     LoopGuard,
     LoopGuardCallbackHandler,
@@ -39,6 +38,7 @@ from loop_guard import (
     LoopGuardStop,
     guard_tools,
 )
+from loop_guard.marks import GUARD_NAME
 from loop_guard.testing import Script, ScriptedChatModel, stubborn, tool_calls_message
 from tests.support.agents import (
     ToolRuns,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from loop_guard import GUARD_NAME
+from loop_guard.marks import GUARD_NAME
 from tests.support.agents import assert_valid_history, blocked, needs_async_context
 from tests.support.between import TASKS, HandlerSupervisor, PrebuiltSupervisor, Supervisor
 
