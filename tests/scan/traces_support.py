@@ -19,11 +19,16 @@ from langchain_core.tracers.context import register_configure_hook
 from langchain_core.tracers.langchain import LangChainTracer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langsmith import Client, schemas
+from langsmith.run_trees import RunTree
 
 import loop_guard.scan
 from loop_guard import LoopGuardConfig
 from loop_guard.scan import Conversation
 from loop_guard.testing import ScriptedChatModel, sequence, with_usage
+
+# langsmith's RunTree names pathlib.Path for type checkers only: under pydantic 2.9 (the
+# dependency floors) the model stays undefined, and LangChain's tracer fails, until told.
+RunTree.model_rebuild(_types_namespace={"Path": Path})
 
 LOOPING = "loops"
 HEALTHY = "healthy"
