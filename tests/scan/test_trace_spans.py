@@ -19,8 +19,10 @@ from loop_guard.scan import LoopGuardConfig, load
 from tests.scan.traces_support import LOOPING, Spans, findings, record
 from tests.support.cli import run_cli
 
-pytest.importorskip("openinference.instrumentation.langchain",
-                    reason="the dev extra's openinference-instrumentation-langchain")  # fmt: skip
+pytest.importorskip(
+    "openinference.instrumentation.langchain",
+    reason="needs openinference-instrumentation-langchain (not in an extra; .ci/run installs it)",
+)
 
 PHOENIX = os.environ.get("LOOP_GUARD_TEST_PHOENIX_URL")
 
@@ -62,8 +64,10 @@ def _spans_in(url: str, project: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(PHOENIX is None, reason="no Phoenix server: set LOOP_GUARD_TEST_PHOENIX_URL "
-                    "(.ci/phoenix.sh starts one on loopback and prints it)")  # fmt: skip
+@pytest.mark.skipif(
+    PHOENIX is None,
+    reason="no Phoenix server: set LOOP_GUARD_TEST_PHOENIX_URL (.ci/phoenix.sh starts one)",
+)
 @pytest.mark.internals("pages of 7 spans, so that the project is read over several")
 def test_a_phoenix_project_gives_the_checkpoints_findings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
