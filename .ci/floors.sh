@@ -4,7 +4,8 @@
 # (--resolution lowest-direct) and the package's own requirements exactly at theirs (pins from
 # .ci/floors.py), so that a newer release of something else cannot lift one unseen.
 #   1. As a user installs it, `pip install "langchain-loop-guard[agents]"`: the demo runs.
-#   2. With every extra and the dev tools: the README's test command, the whole suite.
+#   2. With every extra and the dev tools: the suite (pytest's arguments are this script's:
+#      CI passes the quick subset), then the README's install line in a fresh environment.
 # Both run on the oldest Python supported, 3.10: the oldest versions together.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,8 @@ lowest "$work/user" agents
 
 IFS=, read -r -a extras <<< "$(python3 .ci/floors.py extras)"
 lowest "$work/all" "${extras[@]}"
-"$work/all/bin/pytest"
+"$work/all/bin/pytest" "$@"
+# The README's install line and its snippets, on the oldest Python (a fresh environment).
+"$work/all/bin/pytest" -p no:cacheprovider tests/packaging/test_readme.py
 
 rm -rf "$work"

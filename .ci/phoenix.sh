@@ -11,7 +11,7 @@
 # Idempotent: a server already answering on the port is reused, an installed environment too.
 # Settings (environment): LOOP_GUARD_PHOENIX_PORT (6019; gRPC on the next port),
 # LOOP_GUARD_PHOENIX_VENV (/var/tmp/loop-guard-phoenix when root, else
-# ~/.cache/loop-guard-phoenix).
+# ~/.cache/loop-guard-phoenix), LOOP_GUARD_PHOENIX_UV (a uv to install with instead of pip).
 set -euo pipefail
 
 port="${LOOP_GUARD_PHOENIX_PORT:-6019}"
@@ -32,7 +32,12 @@ if ! answers; then
     if [ ! -x "$venv/bin/phoenix" ]; then
         say "installing arize-phoenix $release into $venv"
         python3 -m venv "$venv"
-        "$venv/bin/python" -m pip install --quiet "arize-phoenix==$release" >&2
+        if [ -n "${LOOP_GUARD_PHOENIX_UV:-}" ]; then # CI's uv: the same install, in seconds
+            "$LOOP_GUARD_PHOENIX_UV" pip install --quiet --python "$venv/bin/python" \
+                "arize-phoenix==$release" >&2
+        else
+            "$venv/bin/python" -m pip install --quiet "arize-phoenix==$release" >&2
+        fi
     fi
     work="$(mktemp -d)"
     say "starting Phoenix on $url (working directory $work)"

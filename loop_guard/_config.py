@@ -661,6 +661,9 @@ _TOOL_VARIABLES = frozenset(
         "PG_PORT",
         "PG_DATA",
         "PG_NO_INSTALL",
+        "PHOENIX_PORT",
+        "PHOENIX_VENV",
+        "PHOENIX_UV",
     )
 )
 
