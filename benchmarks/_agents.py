@@ -54,11 +54,18 @@ _FILLER = "def handler(event, context):\n    return {'status': 200, 'body': even
 
 def sized_result(path: str, size: int, run: int) -> str:
     """A realistic result of about `size` characters for reading `path`: a source file on
-    odd runs, a JSON listing (ids, timestamps, counts) on even ones."""
+    odd runs, a JSON listing (ids, timestamps, counts) on even ones. Each is the path and
+    a body made once per size, so making a 1 MB result costs a copy, not a loop."""
     if run % 2:
-        lines = [f"# {path}"]
-        n = 0
-        while sum(map(len, lines)) + len(lines) < size:
+        return f"# {path}\n{_sized_body(size, code=True)}"
+    return f'{{"path": {json.dumps(path)}, {_sized_body(size, code=False)}'
+
+
+@functools.cache
+def _sized_body(size: int, *, code: bool) -> str:
+    if code:
+        lines = []
+        for n in range(size // 150 + 1):
             lines += [
                 f"def handler_{n}(event, context):",
                 f'    """Handle request type {n} (see docs/handlers.md#{n})."""',
@@ -66,25 +73,19 @@ def sized_result(path: str, size: int, run: int) -> str:
                 f"    return {{'status': 200, 'handler': {n}, 'body': body}}",
                 "",
             ]
-            n += 1
         return "\n".join(lines)[:size]
-    items = []
-    n = 0
-    while True:
-        items.append(
-            {
-                "id": f"rec_{n:05d}",
-                "name": f"{path}:entry {n}",
-                "created_at": f"2025-03-{n % 28 + 1:02d}T12:{n % 60:02d}:00Z",
-                "size": 1000 + 37 * n,
-                "tags": ["source", f"group-{n % 7}"],
-                "status": "active" if n % 3 else "archived",
-            }
-        )
-        text = json.dumps({"path": path, "total": len(items), "items": items}, indent=1)
-        if len(text) >= size:
-            return text
-        n += 1
+    items = [
+        {
+            "id": f"rec_{n:05d}",
+            "name": f"entry {n}",
+            "created_at": f"2025-03-{n % 28 + 1:02d}T12:{n % 60:02d}:00Z",
+            "size": 1000 + 37 * n,
+            "tags": ["source", f"group-{n % 7}"],
+            "status": "active" if n % 3 else "archived",
+        }
+        for n in range(size // 180 + 1)
+    ]
+    return json.dumps({"total": len(items), "items": items}, indent=1)[1:]
 
 
 # ---------------------------------------------------------------------------- tools
