@@ -37,7 +37,6 @@ from _stamp import stamp
 
 SCENARIOS = {
     "engine": "one healthy step through the engine against its floor (JSON + SHA-256)",
-    "agent": "added wall and CPU time per step of every face, beside ToolCallLimitMiddleware",
     "scaling": "the guard's CPU per step with long histories; dedupe_siblings at width",
     "conversations": "memory per conversation, and what finished runs leave behind",
     "peers": "the published loop guards side by side (installed with --peers)",
@@ -47,7 +46,7 @@ SCENARIOS = {
     "text-instructions": "instructions per streamed chunk of the text watch (valgrind)",
     "soak": "many conversations at once on one guard, per face: no deviation, no growth",
 }
-WALL = ("engine", "agent", "scaling", "conversations", "peers", "text", "report")
+WALL = ("engine", "scaling", "conversations", "peers", "text", "report")
 """What runs when no scenario is named."""
 COUNTED = ("instructions", "text-instructions")
 
@@ -60,7 +59,6 @@ def scenario(name: str, scale: Scale, *, peers: bool) -> Callable[[], Section]:
         return lambda: bench_peers.run(scale, peers=peers)
     module = {
         "engine": "bench_engine",
-        "agent": "bench_agent",
         "scaling": "bench_scaling",
         "conversations": "bench_conversations",
         "text": "bench_text",
