@@ -71,16 +71,29 @@ VARIANTS = {
 BASE = {"graph": "graph", "": "agent"}
 """What a row is set against: the unguarded graph for the graph rows, else the agent."""
 
-SIZES = {"": 0, "250b": 250, "64k": 65_536, "1m": 1_048_576}
-"""Result sizes: "" is the short reads (`_agents._FILLER`), the rest `sized_result`."""
+SIZES = {"": 0, "64k": 65_536, "1m": 1_048_576}
+"""Result sizes: "" is the short reads of ~250 B (`_agents._FILLER`), the rest
+`sized_result`, a source file or a JSON listing of about that size."""
 
-STEPS = {0: (10, 60), 250: (10, 60), 65_536: (3, 13), 1_048_576: (2, 6)}
-"""The short and the long run's steps per size."""
+STEPS = {0: (10, 30), 65_536: (2, 6), 1_048_576: (1, 3)}
+"""The short and the long run's steps per size (the warm-up runs 2)."""
 
 SIZED = ("agent", "middleware", "handler", "graph", "graph-guarded")
 """The rows counted at every size: the three faces and what they are set against."""
 
-SHORT_ROWS = tuple(v for v in VARIANTS if v not in SIZED) + SIZED
+SHORT_ROWS = (
+    "agent",
+    "null-wrap-state",
+    "null-handler",
+    "peer",
+    "middleware",
+    "middleware-pi",
+    "handler",
+    "graph",
+    "graph-null-node",
+    "graph-guarded",
+)
+"""The rows counted at short reads: the faces, the floors beside them, the peer."""
 QUICK_STEPS = (2, 4)
 
 SHA = "sha256"
@@ -101,7 +114,7 @@ class Row:
 def plan() -> list[Row]:
     """The rows of a full count, in the order counted."""
     rows = [Row(v, 0) for v in SHORT_ROWS]
-    for size in (250, 65_536, 1_048_576):
+    for size in (65_536, 1_048_576):
         rows += [Row(SHA, size), *(Row(v, size) for v in SIZED)]
     return rows
 
@@ -255,7 +268,11 @@ def run(scale: Scale, keep: Path | None = None) -> Section:
 
 def table_row(row: Row, per_step: dict[Row, float]) -> list[str]:
     if row.variant == SHA:
-        return [f"one SHA-256 of a {row.name[len(SHA) + 1 :]} result", mega(per_step[row]), ""]
+        return [
+            f"one SHA-256 of a ~{row.name[len(SHA) + 1 :].upper()} result",
+            mega(per_step[row]),
+            "",
+        ]
     base = base_of(row)
     added = "" if row == base else f"{(per_step[row] - per_step[base]) / 1e6:+.3f} M"
     return [f"`{row.name}`: {VARIANTS[row.variant]}", mega(per_step[row]), added]
@@ -266,16 +283,15 @@ def mega(instructions: float) -> str:
 
 
 def flatness(variant: str, face: str, per_step: dict[Row, float]) -> Target:
-    """The face's added step at 64 KB and 1 MB against its 250 B row plus 1.2 SHA-256s."""
+    """The face's added step at 64 KB and 1 MB against its short-read (~250 B) row plus
+    1.2 SHA-256s of the result."""
 
     def added(size: int) -> float:
         row = Row(variant, size)
         return per_step[row] - per_step[base_of(row)]
 
     # The growth beyond the 250 B row, in SHA-256s of the result: flat means ≤ 1.2.
-    worst = max(
-        (added(size) - added(250)) / per_step[Row(SHA, size)] for size in (65_536, 1_048_576)
-    )
+    worst = max((added(size) - added(0)) / per_step[Row(SHA, size)] for size in (65_536, 1_048_576))
     return Target.at_most(f"{face}: growth at 64 KB and 1 MB, in SHA-256s", GROWTH, worst)
 
 
