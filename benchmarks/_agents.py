@@ -149,7 +149,7 @@ class Toolbox:
         ]
 
     def writer(self) -> BaseTool:
-        """`write_file(path, content)`, answering "OK wrote ..." (benchmark 3's batches)."""
+        """`write_file(path, content)`, answering "OK wrote ..." (the scaling batches)."""
         box = self
 
         def write_file(path: str, content: str) -> str:

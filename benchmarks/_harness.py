@@ -38,22 +38,19 @@ class Scale:
     """How big each benchmark runs: `FULL` for the table, `QUICK` for the CI smoke pass."""
 
     quick: bool
-    # 1. engine floor
+    # engine floor
     engine_sizes: tuple[str, ...]
     engine_budget_s: float  # wall time aimed at per payload size
-    # 2. agent overhead
-    agent_steps: int
-    agent_rounds: int
-    # 3. scaling
+    # scaling
     short_steps: int
     long_steps: int
     history_messages: int
     batch_width: int  # parallel calls in one response (`dedupe_siblings`)
     batch_rounds: int
-    # 4. conversations
+    # conversations
     engine_conversations: int
     agent_conversations: int
-    # 5. peers
+    # peers
     peer_stubborn_limit: int
     peer_healthy_steps: int
     peer_rounds: int
@@ -63,8 +60,6 @@ FULL = Scale(
     quick=False,
     engine_sizes=("small", "medium", "1MB", "10MB"),
     engine_budget_s=6.0,
-    agent_steps=300,
-    agent_rounds=15,
     short_steps=50,
     long_steps=800,
     history_messages=10_000,
@@ -81,8 +76,6 @@ QUICK = Scale(
     quick=True,
     engine_sizes=("small", "medium", "1MB"),
     engine_budget_s=0.4,
-    agent_steps=12,
-    agent_rounds=2,
     short_steps=5,
     long_steps=40,
     history_messages=400,
@@ -166,11 +159,6 @@ def interleave(
     return samples
 
 
-def paired_added(samples: dict[str, list[float]], base: str, variant: str) -> list[float]:
-    """Per-round differences variant - base: what the variant added in each round."""
-    return [v - b for v, b in zip(samples[variant], samples[base], strict=True)]
-
-
 def timed(function: Callable[[], object]) -> float:
     start = time.perf_counter()
     function()
@@ -204,10 +192,6 @@ def deep_size(*roots: object, stop: Callable[[object], bool] | None = None) -> i
     return total
 
 
-def kib(n: float) -> str:
-    return f"{n / 1024:,.1f} KiB"
-
-
 def mib(n: float) -> str:
     return f"{n / (1024 * 1024):,.2f} MiB"
 
@@ -216,7 +200,7 @@ def size_text(n: float) -> str:
     if abs(n) >= 1024 * 1024:
         return mib(n)
     if abs(n) >= 1024:
-        return kib(n)
+        return f"{n / 1024:,.1f} KiB"
     return f"{n:,.0f} B"
 
 
