@@ -20,13 +20,12 @@ import itertools
 import json
 import threading
 import time
-import types
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, ToolCallLimitMiddleware, hook_config
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -34,7 +33,6 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command
-from typing_extensions import override
 
 from loop_guard import (
     LoopGuard,
@@ -54,11 +52,18 @@ _FILLER = "def handler(event, context):\n    return {'status': 200, 'body': even
 
 def sized_result(path: str, size: int, run: int) -> str:
     """A realistic result of about `size` characters for reading `path`: a source file on
-    odd runs, a JSON listing (ids, timestamps, counts) on even ones."""
+    odd runs, a JSON listing (ids, timestamps, counts) on even ones. Each is the path and
+    a body made once per size, so making a 1 MB result costs a copy, not a loop."""
     if run % 2:
-        lines = [f"# {path}"]
-        n = 0
-        while sum(map(len, lines)) + len(lines) < size:
+        return f"# {path}\n{_sized_body(size, code=True)}"
+    return f'{{"path": {json.dumps(path)}, {_sized_body(size, code=False)}'
+
+
+@functools.cache
+def _sized_body(size: int, *, code: bool) -> str:
+    if code:
+        lines = []
+        for n in range(size // 150 + 1):
             lines += [
                 f"def handler_{n}(event, context):",
                 f'    """Handle request type {n} (see docs/handlers.md#{n})."""',
@@ -66,25 +71,19 @@ def sized_result(path: str, size: int, run: int) -> str:
                 f"    return {{'status': 200, 'handler': {n}, 'body': body}}",
                 "",
             ]
-            n += 1
         return "\n".join(lines)[:size]
-    items = []
-    n = 0
-    while True:
-        items.append(
-            {
-                "id": f"rec_{n:05d}",
-                "name": f"{path}:entry {n}",
-                "created_at": f"2025-03-{n % 28 + 1:02d}T12:{n % 60:02d}:00Z",
-                "size": 1000 + 37 * n,
-                "tags": ["source", f"group-{n % 7}"],
-                "status": "active" if n % 3 else "archived",
-            }
-        )
-        text = json.dumps({"path": path, "total": len(items), "items": items}, indent=1)
-        if len(text) >= size:
-            return text
-        n += 1
+    items = [
+        {
+            "id": f"rec_{n:05d}",
+            "name": f"entry {n}",
+            "created_at": f"2025-03-{n % 28 + 1:02d}T12:{n % 60:02d}:00Z",
+            "size": 1000 + 37 * n,
+            "tags": ["source", f"group-{n % 7}"],
+            "status": "active" if n % 3 else "archived",
+        }
+        for n in range(size // 180 + 1)
+    ]
+    return json.dumps({"total": len(items), "items": items}, indent=1)[1:]
 
 
 # ---------------------------------------------------------------------------- tools
@@ -150,7 +149,7 @@ class Toolbox:
         ]
 
     def writer(self) -> BaseTool:
-        """`write_file(path, content)`, answering "OK wrote ..." (benchmark 3's batches)."""
+        """`write_file(path, content)`, answering "OK wrote ..." (the scaling batches)."""
         box = self
 
         def write_file(path: str, content: str) -> str:
@@ -418,80 +417,6 @@ def with_stopwatch(middleware: type[M]) -> type[M]:
 
 TimedMiddleware = with_stopwatch(LoopGuardMiddleware)
 """`LoopGuardMiddleware` with a stopwatch on its hooks."""
-
-TimedToolCallLimit = with_stopwatch(ToolCallLimitMiddleware)
-"""LangChain's `ToolCallLimitMiddleware` with a stopwatch on its hook (`after_model`)."""
-
-
-class NullHooks(AgentMiddleware):
-    """Does nothing, through the same hooks as `LoopGuardMiddleware`.
-
-    What any middleware with that layout costs before it does any work: the
-    framework's price of the hooks themselves (graph nodes, call wrappers).
-    """
-
-    def before_agent(self, state: Any, runtime: Any) -> None:
-        return None
-
-    def after_agent(self, state: Any, runtime: Any) -> None:
-        return None
-
-    def wrap_model_call(self, request: Any, handler: Any) -> Any:
-        return handler(request)
-
-    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return handler(request)
-
-
-class NullAfterModel(AgentMiddleware):
-    """Does nothing, through one `after_model` hook: `ToolCallLimitMiddleware`'s layout."""
-
-    @hook_config(can_jump_to=["end"])
-    def after_model(self, state: Any, runtime: Any) -> None:
-        return None
-
-
-def _small_step(x: int) -> int:
-    pair = (x + 1, x)
-    return pair[0] - 1
-
-
-class Calibration(NullHooks):
-    """`NullHooks` whose model hook calls `count` small functions once each per model
-    step: each a code object of its own (`distinct`), or one function `count` times.
-
-    What Python costs in situ: the framework's work between two model steps leaves
-    little of the guard's code and data in the CPU's caches, so a function run once per
-    step costs what its first run costs, not what a micro-benchmark's loop shows.
-    """
-
-    def __init__(self, count: int, *, distinct: bool) -> None:
-        super().__init__()
-        if distinct:
-            code = _small_step.__code__
-            self.steps = [
-                types.FunctionType(code.replace(co_name=f"step_{n}"), {}) for n in range(count)
-            ]
-        else:
-            self.steps = [_small_step] * count
-
-    @override
-    def wrap_model_call(self, request: Any, handler: Any) -> Any:
-        x = 0
-        for step in self.steps:
-            x = step(x)
-        return handler(request)
-
-
-TimedNullHooks = with_stopwatch(NullHooks)
-"""`NullHooks` with the stopwatch: the floor of the guard CPU column for our hooks."""
-
-TimedNullAfterModel = with_stopwatch(NullAfterModel)
-"""`NullAfterModel` with the stopwatch: the floor of the column for the peer's hook."""
-
-TimedCalibration = with_stopwatch(Calibration)
-"""`Calibration` with the stopwatch."""
-
 
 # -- graph: the node, the handler's callbacks, the guarded tools' `invoke`
 

@@ -6,8 +6,7 @@ does. This module gives both (see `instructions.py`):
 
 - `NullWrapTool`, `NullWrapModel`: do-nothing middleware with one per-step hook
   (`wrap_tool_call`), and with the two `LoopGuardMiddleware` uses per step
-  (`wrap_model_call`, `wrap_tool_call`). `_agents.NullHooks` adds the two once-per-request
-  hooks (`before_agent`, `after_agent`).
+  (`wrap_model_call`, `wrap_tool_call`).
 - `MinimalGuard`: a minimal guard for repeated identical results only ("Pi" alone: the
   same call answered the same way), in one `wrap_tool_call`: the call's SHA-256 (the tool
   name and the canonical JSON of its args), the tool run, the SHA-256 of the result's
@@ -16,8 +15,6 @@ does. This module gives both (see `instructions.py`):
   `ToolMessage` without running. Its table lives in the middleware, keyed by thread.
   The same `wrap_tool_call` is a `ToolNode(wrap_tool_call=...)` interceptor: the graph
   floor runs it in the tools node (`graph_interceptor`).
-- `MinimalStateGuard`: the same guard with its table in the agent state (a private
-  field, checkpointed with the thread), written with a `Command` from `wrap_tool_call`.
 
 None of them does what `LoopGuardMiddleware` does beyond that (no batches, no stop, no
 progress detectors, no normalisation, no events, no async twins): they are floors, not
@@ -29,14 +26,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware, AgentState
-from langchain.agents.middleware.types import PrivateStateAttr
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
-from typing_extensions import NotRequired
 
 from loop_guard import LoopGuardState
 
@@ -134,16 +129,7 @@ class NullWrapTool(AgentMiddleware):
 
 class NullWrapModel(NullWrapTool):
     """Does nothing, through `wrap_model_call` and `wrap_tool_call`: the two per-step
-    hooks of `LoopGuardMiddleware`, without its once-per-request `before_agent` and
-    `after_agent` (`_agents.NullHooks` has all four)."""
-
-    def wrap_model_call(self, request: Any, handler: Any) -> Any:
-        return handler(request)
-
-
-class NullWrapModelOnly(AgentMiddleware):
-    """Does nothing, through `wrap_model_call` alone: the least a guard on the model path
-    costs in `create_agent` (the framework's wrapper around each model call)."""
+    hooks of `LoopGuardMiddleware` (its once-per-request hooks add nothing per step)."""
 
     def wrap_model_call(self, request: Any, handler: Any) -> Any:
         return handler(request)
@@ -182,42 +168,6 @@ class MinimalGuard(AgentMiddleware):
         if entry is not None:
             table[key] = entry
         return answer
-
-
-class MinimalState(AgentState[Any]):
-    """`AgentState` with `MinimalStateGuard`'s table: call fingerprint -> [result
-    fingerprint, streak], private (neither input nor output of the agent)."""
-
-    minimal_guard: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
-
-
-class MinimalStateGuard(AgentMiddleware[MinimalState]):
-    """The minimal guard with its table in the agent state, so it is checkpointed with
-    the thread (per request without a checkpointer).
-
-    `wrap_tool_call` reads the table from `request.state` and answers a call it ran with
-    `Command(update={"minimal_guard": new_table, "messages": [result]})`: `create_agent`'s
-    tool node accepts a `Command` from `wrap_tool_call` (it checks that the update holds
-    the call's `ToolMessage`). The field has no reducer (a last-value channel), so two
-    calls of one reply both writing it fail the step (`InvalidUpdateError`): this floor
-    holds for one call per step, as in the healthy script.
-    """
-
-    state_schema = MinimalState
-
-    def wrap_tool_call(
-        self, request: ToolCallRequest, handler: Handler
-    ) -> ToolMessage | Command[Any]:
-        """As `MinimalGuard.wrap_tool_call`, the table read from and written to the state."""
-        table: dict[str, Any] = request.state.get("minimal_guard") or {}
-        call = request.tool_call
-        key = call_fingerprint(call["name"], call["args"])
-        found = table.get(key)  # [result fingerprint, streak]: JSON-safe in a checkpoint
-        last = None if found is None else (found[0], found[1])
-        answer, entry = run_guarded(request, handler, last)
-        if entry is None:
-            return answer
-        return Command(update={"minimal_guard": {**table, key: list(entry)}, "messages": [answer]})
 
 
 def graph_interceptor() -> Callable[[ToolCallRequest, Handler], ToolMessage | Command[Any]]:

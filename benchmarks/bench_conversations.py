@@ -1,4 +1,4 @@
-"""4. Many conversations through one guard: memory per active conversation, and leaks.
+"""Many conversations through one guard: memory per active conversation, and leaks.
 
 Part A drives the engine (`LoopGuard`) directly with 10,000 conversations and measures
 with tracemalloc. Part B runs real agents through each integration, one conversation
@@ -161,8 +161,8 @@ def agent_part(count: int) -> list[list[str]]:
 def run(scale: Scale) -> Section:
     count = scale.engine_conversations
     section = Section(
-        key="4",
-        title="4. Many conversations",
+        key="conversations",
+        title="Many conversations",
         what=(
             f"**A. The engine**: {count:,} conversations through one `LoopGuard` (tracemalloc,"
             " bytes still allocated after a full collection). **B. The integrations**:"

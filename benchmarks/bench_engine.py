@@ -1,4 +1,4 @@
-"""1. Engine floor ratio: recording one call and its result, against the unavoidable work.
+"""Engine floor ratio: recording one call and its result, against the unavoidable work.
 
 The floor is what any guard comparing (tool, args, result) must do at least: the
 canonical JSON of the args (`json.dumps(sort_keys=True)`, C-accelerated) and the SHA-256
@@ -204,8 +204,8 @@ def _sha(result: str) -> str:
 
 def run(scale: Scale) -> Section:
     section = Section(
-        key="1",
-        title="1. Engine floor ratio",
+        key="engine",
+        title="Engine floor ratio",
         what=(
             "One healthy step through the engine (`Call.of` + `check_call` + `Result.of` +"
             " `record_result` on a `LoopGuard`'s session) against the floor: `json.dumps(args,"

@@ -1,4 +1,4 @@
-"""5. Peers: the published LangChain loop guards, side by side with ours.
+"""Peers: the published LangChain loop guards, side by side with ours.
 
 With `--peers`, a throwaway venv (`benchmarks/.peers-venv`, git-ignored) gets the same
 LangChain/LangGraph versions as this environment plus the peers from PyPI, and
@@ -110,8 +110,8 @@ def _stubborn_cell(outcome: dict[str, Any]) -> str:
 
 def run(scale: Scale, *, peers: bool) -> Section:
     section = Section(
-        key="5",
-        title="5. Peers",
+        key="peers",
+        title="Peers",
         what=(
             "The same scripted agents through each published loop guard that plugs into"
             " LangChain, each attached as its README says, with its defaults, a fresh"

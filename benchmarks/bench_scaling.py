@@ -1,4 +1,4 @@
-"""3. Scaling: the guard's per-step cost as a request and a thread grow, and as a batch widens.
+"""Scaling: the guard's per-step cost as a request and a thread grow, and as a batch widens.
 
 The guard's own CPU time per model step is measured in situ (`_agents`' stopwatch, on
 the guard's public seams), in a short request, in a long one, and in a short request on
@@ -200,8 +200,8 @@ def run(scale: Scale) -> Section:
     reps = 1 if scale.quick else 3
     long_reps = 1 if scale.quick else 2
     section = Section(
-        key="3",
-        title="3. Scaling with history",
+        key="scaling",
+        title="Scaling with history",
         what=(
             "The guard's own CPU time per model step, measured inside real runs (median"
             f" step; median of {reps} runs, {long_reps} for the long request). *short*: a"

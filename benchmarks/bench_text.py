@@ -1,4 +1,4 @@
-"""6. Repeated text: what watching a reply for repetition costs, how it scales, what a cut saves.
+"""Repeated text: what watching a reply for repetition costs, how it scales, what a cut saves.
 
 `LoopGuardMiddleware` watches every streamed token of a reply (a callback handler feeding a
 `TextWatch`) and reads the finished reply whole (`find_repetition`). Measured here:
@@ -309,8 +309,8 @@ def savings_table(sizes: Sizes, section: Section) -> None:
 def run(scale: Scale) -> Section:
     sizes = QUICK_SIZES if scale.quick else FULL_SIZES
     section = Section(
-        key="6",
-        title="6. Repeated text",
+        key="text",
+        title="Repeated text",
         what=(
             f"A healthy {sizes.tokens:,}-token reply ({sizes.tokens * CHUNK:,} characters of"
             f" prose, {CHUNK}-character chunks) streamed through `create_agent`"

@@ -1,38 +1,36 @@
-"""Machine instructions per healthy step, counted by valgrind: a measure the load cannot move.
+"""Machine instructions per healthy step, counted by valgrind in one process.
 
-    .venv/bin/python benchmarks/instructions.py                 # every variant
-    .venv/bin/python benchmarks/instructions.py middleware peer  # some of them
-    .venv/bin/python benchmarks/instructions.py --jobs 2 ...     # two counts at a time
-    .venv/bin/python benchmarks/instructions.py --check          # the floors' sanity, no valgrind
-    .venv/bin/python benchmarks/instructions.py peer-4k middleware-4k  # reads of ~4 KB
+One child process runs under `valgrind --tool=callgrind` and measures every row in turn:
+per row a warm-up run (imports and first calls are not counted), then a short and a long
+healthy run of the same variant, each between two marks. A mark is a call of
+`os.getppid`, and callgrind dumps its counters before each one (`--dump-before`), so each
+run is counted alone; (long - short) / (the difference in steps) is one step. The SHA-256
+rows hash the result's UTF-8 bytes the same way, so the step's growth with the size of
+what tools return can be set against one hash counted in the same run. The hash seed is
+fixed: randomised string hashes alone move a count.
 
-Each variant runs a healthy scripted agent of 20 and of 120 steps under `valgrind
---tool=callgrind` (after a 5-step warm-up run in the same process, so imports and first
-calls are not counted); the difference divided by 100 is the instructions of one step. The
-hash seed is fixed: randomised string hashes alone move the count by ~100k per step. Needs
-valgrind on the PATH; each variant takes a few minutes. Not part of `run.py`: see FINDINGS.md.
-
-The floors (`_minimal.py`): do-nothing middleware with one or two per-step hooks, and a
-minimal guard of repeated identical results (in memory, in the agent state, in the graph's
-tools node), so that the guard's own work can be set against the least such a guard does.
-`--check` runs them plainly: a healthy run is left alone, a stubborn one is steered once and
-refused from its sixth call.
+The floors are what LangChain's hooks cost before any work: do-nothing middleware with
+the guard's two wrap hooks and its state schema (`_minimal.py`), a do-nothing callback
+handler, a do-nothing node where `LoopGuardNode` goes.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from _agents import (
     NullHandler,
-    NullHooks,
     Scripted,
     Toolbox,
     agent_with,
@@ -42,16 +40,13 @@ from _agents import (
     healthy,
     interventions,
     run_invoke,
+    sized_result,
 )
+from _harness import Scale, Section, Target
 from _minimal import (
-    REFUSAL,
-    STEER,
     MinimalGuard,
-    MinimalStateGuard,
     NullWrapModel,
-    NullWrapModelOnly,
     NullWrapState,
-    NullWrapTool,
     graph_interceptor,
 )
 from langchain.agents.middleware import ToolCallLimitMiddleware
@@ -60,179 +55,261 @@ from loop_guard import LoopGuard, LoopGuardCallbackHandler, LoopGuardConfig, Loo
 
 VARIANTS = {
     "agent": "create_agent, no middleware",
-    "null-wrap-tool": "create_agent, a do-nothing middleware with wrap_tool_call only",
-    "null-wrap-model-only": "create_agent, a do-nothing middleware with wrap_model_call only",
-    "null-wrap-model": "create_agent, a do-nothing middleware with the two wrap hooks",
-    "null-wrap-state": "create_agent, the two wrap hooks doing nothing + the guard's state schema",
-    "null-hooks": "create_agent, a do-nothing middleware with our hooks",
+    "null-wrap-model": "create_agent, a do-nothing middleware with the guard's two wrap hooks",
+    "null-wrap-state": "the same + the guard's state schema",
+    "null-handler": "create_agent + a do-nothing callback handler",
     "peer": "create_agent + ToolCallLimitMiddleware (limits set high)",
     "minimal": "create_agent + a minimal guard (one wrap_tool_call, table in memory)",
-    "minimal-state": "create_agent + a minimal guard (one wrap_tool_call, table in the state)",
     "middleware": "create_agent + LoopGuardMiddleware",
     "middleware-pi": "create_agent + LoopGuardMiddleware(LoopGuardConfig.pi())",
     "handler": "create_agent + LoopGuardCallbackHandler, no middleware",
     "graph": "the README's graph, no guard",
     "graph-null-node": "the README's graph, a do-nothing node where the guard's node goes",
-    "graph-guarded": "the README's graph, node + wrapped tools",
-    "graph-handler": "the README's graph, node + wrapped tools + handler",
-    "graph-null-handler": "the README's graph, node + wrapped tools + a do-nothing handler",
-    "graph-tools-handler": "the README's graph, wrapped tools + handler, no node",
+    "graph-guarded": "the README's graph, guard_tools + LoopGuardNode",
     "graph-minimal-tools": "the README's graph, a minimal guard in the tools node, no node",
 }
+BASE = {"graph": "graph", "": "agent"}
+"""What a row is set against: the unguarded graph for the graph rows, else the agent."""
 
-RESULT_SIZES = {"250b": 250, "4k": 4096, "64k": 65536}
-"""The sized rows: `agent-4k` is `agent` whose reads answer ~4 KB (`sized_result`)."""
-SIZED = ("agent", "peer", "middleware")
-VARIANTS |= {
-    f"{variant}-{suffix}": f"{VARIANTS[variant]}, reads of ~{suffix.upper()} of code or JSON"
-    for variant in SIZED
-    for suffix in RESULT_SIZES
-}
+SIZES = {"": 0, "64k": 65_536, "1m": 1_048_576}
+"""Result sizes: "" is the short reads of ~250 B (`_agents._FILLER`), the rest
+`sized_result`, a source file or a JSON listing of about that size."""
 
-FLOORS = (
-    "null-wrap-tool",
-    "null-wrap-model-only",
-    "null-wrap-model",
+STEPS = {0: (10, 30), 65_536: (2, 6), 1_048_576: (1, 3)}
+"""The short and the long run's steps per size (the warm-up runs 2)."""
+
+SIZED = ("agent", "middleware", "handler", "graph", "graph-guarded")
+"""The rows counted at every size: the three faces and what they are set against."""
+
+SHORT_ROWS = (
+    "agent",
     "null-wrap-state",
-    "minimal",
-    "minimal-state",
-    "graph-minimal-tools",
+    "null-handler",
+    "peer",
+    "middleware",
+    "middleware-pi",
+    "handler",
+    "graph",
+    "graph-null-node",
+    "graph-guarded",
 )
-"""The variants of `_minimal.py`, which `--check` runs."""
+"""The rows counted at short reads: the faces, the floors beside them, the peer."""
+QUICK_STEPS = (2, 4)
+
+SHA = "sha256"
+MARK = "os_getppid"  # the C function behind os.getppid: callgrind dumps before each call
 
 
-def build(variant: str, steps: int) -> tuple[Any, list[Any]]:
-    """The runnable of a variant for a healthy script of `steps` steps, and its callbacks."""
-    base, _, suffix = variant.rpartition("-")
-    if base in SIZED and suffix in RESULT_SIZES:
-        return build_for(base, healthy(steps), Toolbox(RESULT_SIZES[suffix]))
-    return build_for(variant, healthy(steps), Toolbox())
+@dataclass(frozen=True)
+class Row:
+    variant: str  # a key of VARIANTS, or SHA
+    size: int
+
+    @property
+    def name(self) -> str:
+        suffix = next(k for k, v in SIZES.items() if v == self.size)
+        return f"{self.variant}-{suffix}" if suffix else self.variant
 
 
-def build_for(variant: str, script: Scripted, box: Toolbox) -> tuple[Any, list[Any]]:
-    """The runnable of a variant for `script` on `box`'s tools, and its callbacks."""
+def plan() -> list[Row]:
+    """The rows of a full count, in the order counted."""
+    rows = [Row(v, 0) for v in SHORT_ROWS]
+    for size in (65_536, 1_048_576):
+        rows += [Row(SHA, size), *(Row(v, size) for v in SIZED)]
+    return rows
+
+
+# ---------------------------------------------------------------------------- the child
+
+
+def build(variant: str, steps: int, size: int) -> tuple[Any, list[Any], Scripted, Toolbox]:
+    """The runnable of a variant for a healthy script of `steps` steps, its callbacks."""
+    script, box = healthy(steps), Toolbox(size)
     if variant == "graph-minimal-tools":
-        return graph_with(script, box, None, timed=False, interceptor=graph_interceptor()), []
+        runnable = graph_with(script, box, None, timed=False, interceptor=graph_interceptor())
+        return runnable, [], script, box
     if variant.startswith("graph"):
-        guard = None if variant in ("graph", "graph-null-node") else LoopGuard()
-        null_node = variant == "graph-null-node"
-        node = variant != "graph-tools-handler"
-        runnable = graph_with(script, box, guard, timed=False, node=node, null_node=null_node)
-        if variant == "graph-null-handler":
-            return runnable, [NullHandler()]
-        handler = variant.endswith("handler") and guard is not None
-        return runnable, [LoopGuardCallbackHandler(guard)] if handler else []
-    if variant == "handler":
-        return agent_with(script, box, []), [LoopGuardCallbackHandler(LoopGuard())]
+        guard = LoopGuard() if variant == "graph-guarded" else None
+        null = variant == "graph-null-node"
+        runnable = graph_with(script, box, guard, timed=False, null_node=null)
+        return runnable, [], script, box
+    callbacks = {
+        "handler": lambda: [LoopGuardCallbackHandler(LoopGuard())],
+        "null-handler": lambda: [NullHandler()],
+    }.get(variant, list)()
     middleware = {
-        "agent": [],
-        "null-wrap-tool": [NullWrapTool()],
-        "null-wrap-model-only": [NullWrapModelOnly()],
         "null-wrap-model": [NullWrapModel()],
         "null-wrap-state": [NullWrapState()],
-        "null-hooks": [NullHooks()],
         "minimal": [MinimalGuard()],
-        "minimal-state": [MinimalStateGuard()],
         "peer": [ToolCallLimitMiddleware(run_limit=10**9, thread_limit=10**9)],
         "middleware": [LoopGuardMiddleware()],
         "middleware-pi": [LoopGuardMiddleware(LoopGuardConfig.pi())],
-    }[variant]
-    return agent_with(script, box, middleware), []
+    }.get(variant, [])
+    return agent_with(script, box, middleware), callbacks, script, box
 
 
-def run(variant: str, steps: int) -> None:
-    """A warm-up run, then the counted one (the child process's work)."""
-    for length in (5, steps):
-        runnable, callbacks = build(variant, length)
-        run_invoke(
-            runnable, ask(), config_for(f"{variant}-{length}", limit=100_000, callbacks=callbacks)
+def run_row(row: Row, steps: int, mark: Callable[[], object] = lambda: None) -> None:
+    """One run of `row` of `steps` steps, between two marks; checked healthy after."""
+    if row.variant == SHA:
+        data = sized_result("src/module_0.py", row.size, 1)
+        mark()
+        for _ in range(steps):
+            hashlib.sha256(data.encode("utf-8")).digest()
+        mark()
+        return
+    runnable, callbacks, script, box = build(row.variant, steps, row.size)
+    config = config_for(f"{row.name}-{steps}", limit=10_000, callbacks=callbacks)
+    mark()
+    messages, ended = run_invoke(runnable, ask(), config)
+    mark()
+    assert ended == "completed", (row.name, ended)
+    assert interventions(messages, box, script) == 0, row.name
+
+
+def child(rows: Sequence[Row], steps: dict[int, tuple[int, int]]) -> None:
+    """Per row: a warm-up run, then the short and the long run, each between marks."""
+    for row in rows:
+        short, long = steps[row.size]
+        run_row(row, 2)
+        run_row(row, short, os.getppid)
+        run_row(row, long, os.getppid)
+
+
+# ---------------------------------------------------------------------------- the parent
+
+
+def segments(arguments: Sequence[str], keep: Path | None = None) -> list[int]:
+    """Instructions between consecutive marks of a Python child run with `arguments`
+    under callgrind (the hash seed fixed); `keep` keeps callgrind's files there."""
+    with tempfile.TemporaryDirectory(prefix="instructions-") as tmp:
+        out = Path(keep or tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        completed = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}/callgrind.out",
+                f"--dump-before={MARK}",
+                sys.executable,
+                *arguments,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
         )
+        if completed.returncode != 0:
+            raise RuntimeError(f"the counted child failed: {completed.stderr[-3000:]}")
+        dumps = sorted(out.glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:]))
+        totals = []
+        for dump in dumps:
+            found = re.search(r"^totals:\s+(\d+)", dump.read_text(), re.MULTILINE)
+            assert found is not None, dump
+            totals.append(int(found.group(1)))
+    # Dump n holds what ran before mark n: dump 1 is the start-up, then run, gap, run, ...
+    return totals[1::2]
 
 
-def count(variant: str, steps: int) -> int:
-    """Instructions of a whole process running `variant` for `steps` steps."""
-    return instructions_of([__file__, "--child", variant, str(steps)])
+def count(rows: Sequence[Row], keep: Path | None = None) -> dict[Row, float]:
+    """Instructions per step (per hash for the SHA-256 rows) of each row, in one process."""
+    spec = json.dumps([[row.variant, row.size] for row in rows])
+    runs = segments([__file__, "--child", spec], keep)
+    assert len(runs) == 2 * len(rows), (len(runs), len(rows))
+    per_step = {}
+    for n, row in enumerate(rows):
+        short, long = STEPS[row.size]
+        per_step[row] = (runs[2 * n + 1] - runs[2 * n]) / (long - short)
+    return per_step
 
 
-def instructions_of(arguments: Sequence[str]) -> int:
-    """Instructions of a whole Python process run with `arguments`, under callgrind, with
-    the hash seed fixed."""
-    completed = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            sys.executable,
-            *arguments,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
+def base_of(row: Row) -> Row:
+    return Row(BASE["graph" if row.variant.startswith("graph") else ""], row.size)
+
+
+FACES = {
+    "middleware": "LoopGuardMiddleware",
+    "handler": "LoopGuardCallbackHandler",
+    "graph-guarded": "guard_tools + LoopGuardNode",
+}
+GROWTH = 1.2
+"""What a face's step may add at 64 KB and 1 MB beyond its 250 B row, in SHA-256s."""
+
+
+def run(scale: Scale, keep: Path | None = None) -> Section:
+    """The counts as a section of the results; at quick scale, each row run plainly."""
+    out = Section(
+        "instructions",
+        "Instructions per healthy step (valgrind)",
+        "One `valgrind --tool=callgrind` process counted every row (`instructions.py`); "
+        "*added* is the row less the unguarded agent (or graph) at the same result size, "
+        "counted in the same process.",
+        columns=["row", "per step", "added"],
     )
-    found = re.search(r"Collected : (\d+)", completed.stderr)
-    if found is None:
-        msg = f"no instruction count in valgrind's output: {completed.stderr[-500:]}"
-        raise RuntimeError(msg)
-    return int(found.group(1))
+    if scale.quick:
+        for row in plan():
+            short, long = QUICK_STEPS
+            run_row(row, short)
+            run_row(row, long)
+        out.notes.append("quick: every row run plainly at 2 and 4 steps, not counted")
+        return out
+    per_step = count(plan(), keep)
+    out.rows = [table_row(row, per_step) for row in per_step]
+    agent, peer = per_step[Row("agent", 0)], per_step[Row("peer", 0)]
+    guard = per_step[Row("middleware", 0)]
+    ratio = (guard - agent) / (peer - agent)
+    name = "the default step, short reads, ÷ the peer's"
+    out.targets.append(Target(name, "≤ 1.35x", f"{ratio:.2f}x", ratio <= 1.35))
+    for variant, face in FACES.items():
+        out.targets.append(flatness(variant, face, per_step))
+    return out
 
 
-def check() -> None:
-    """Run the floors plainly: healthy runs untouched, a stubborn one steered and refused."""
-    for variant in FLOORS:
-        script, box = healthy(20), Toolbox()
-        runnable, callbacks = build_for(variant, script, box)
-        config = config_for(f"check-{variant}", limit=1000, callbacks=callbacks)
-        messages, ended = run_invoke(runnable, ask(), config)
-        changed = interventions(messages, box, script)
-        outcome = (ended, changed, box.runs["read_file"])
-        assert outcome == ("completed", 0, 20), (variant, outcome)
-        if variant.startswith("null"):
-            print(f"{variant}: healthy run untouched")
-            continue
-        # The same missing file ten times: runs 1-5 (the 3rd result steered), 6-10 refused.
-        box = Toolbox()
-        script = Scripted(lambda turn: [("read_file", {"path": "notes.md"})] if turn < 10 else None)
-        runnable, callbacks = build_for(variant, script, box)
-        config = config_for(f"stubborn-{variant}", limit=1000, callbacks=callbacks)
-        messages, ended = run_invoke(runnable, ask(), config)
-        texts = [str(m.content) for m in messages if m.type == "tool"]
-        steered = sum(text.endswith(STEER) for text in texts)
-        refused = texts.count(REFUSAL)
-        outcome = (ended, box.runs["read_file"], steered, refused, len(texts))
-        assert outcome == ("completed", 5, 1, 5, 10), (variant, outcome)
-        print(f"{variant}: healthy run untouched; stubborn run: 5 runs, 1 steer, 5 refusals")
+def table_row(row: Row, per_step: dict[Row, float]) -> list[str]:
+    if row.variant == SHA:
+        return [
+            f"one SHA-256 of a ~{row.name[len(SHA) + 1 :].upper()} result",
+            mega(per_step[row]),
+            "",
+        ]
+    base = base_of(row)
+    added = "" if row == base else f"{(per_step[row] - per_step[base]) / 1e6:+.3f} M"
+    return [f"`{row.name}`: {VARIANTS[row.variant]}", mega(per_step[row]), added]
+
+
+def mega(instructions: float) -> str:
+    return f"{instructions / 1e6:.3f} M"
+
+
+def flatness(variant: str, face: str, per_step: dict[Row, float]) -> Target:
+    """The face's added step at 64 KB and 1 MB against its short-read (~250 B) row plus
+    1.2 SHA-256s of the result."""
+
+    def added(size: int) -> float:
+        row = Row(variant, size)
+        return per_step[row] - per_step[base_of(row)]
+
+    # The growth beyond the 250 B row, in SHA-256s of the result: flat means ≤ 1.2.
+    worst = max((added(size) - added(0)) / per_step[Row(SHA, size)] for size in (65_536, 1_048_576))
+    return Target.at_most(f"{face}: growth at 64 KB and 1 MB, in SHA-256s", GROWTH, worst)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("variants", nargs="*", help=f"some of: {', '.join(VARIANTS)}")
-    parser.add_argument(
-        "--jobs", type=int, default=1, help="valgrind runs at a time (counts do not move)"
-    )
-    parser.add_argument("--check", action="store_true", help="run the floors plainly, once")
-    parser.add_argument("--child", nargs=2, metavar=("VARIANT", "STEPS"), help=argparse.SUPPRESS)
+    parser.add_argument("rows", nargs="*", help="rows to count (e.g. middleware-64k sha256-1m)")
+    parser.add_argument("--keep", type=Path, help="keep callgrind's files (one per run) here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        run(args.child[0], int(args.child[1]))
+        child([Row(v, size) for v, size in json.loads(args.child)], STEPS)
         return
-    if args.check:
-        check()
-        return
-    unknown = set(args.variants) - set(VARIANTS)
-    if unknown:
-        parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
-    variants = args.variants or list(VARIANTS)
-    print("| variant | instructions per step |\n|---|---|", flush=True)
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        counts = {
-            (variant, steps): pool.submit(count, variant, steps)
-            for variant in variants
-            for steps in (120, 20)
-        }
-        for variant in variants:  # in order, each as soon as its two counts are in
-            per_step = (counts[variant, 120].result() - counts[variant, 20].result()) / 100
-            print(f"| {variant}: {VARIANTS[variant]} | {per_step / 1e6:.3f} M |", flush=True)
+    by_name = {row.name: row for row in plan()}
+    rows = [by_name[name] for name in args.rows] if args.rows else plan()
+    per_step = count(rows, args.keep)
+    print("| row | per step | added |\n|---|---|---|")
+    for row in rows:
+        known = base_of(row) in per_step or row.variant == SHA
+        cells = table_row(row, per_step) if known else [row.name, mega(per_step[row]), "?"]
+        print("| " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
-"""Run the loop_guard benchmark suite; print the tables and, with --write, the markdown.
+"""The loop_guard benchmarks: one runner, named scenarios.
 
-    .venv/bin/python benchmarks/run.py --write benchmarks/RESULTS.md  # regenerates RESULTS.md
-    .venv/bin/python benchmarks/run.py            # everything, full size, printed only
-    .venv/bin/python benchmarks/run.py --peers    # also install and measure the peers
-    .venv/bin/python benchmarks/run.py --quick    # every benchmark at tiny sizes (CI smoke)
-    .venv/bin/python benchmarks/run.py --only 1,3 # some benchmarks only, printed only
+    python benchmarks/run.py                      # the wall-time scenarios, printed
+    python benchmarks/run.py instructions text-instructions   # counted by valgrind
+    python benchmarks/run.py --quick              # every scenario but the soak, tiny (CI)
+    python benchmarks/run.py --all --write benchmarks/RESULTS.md   # the committed results
+    python benchmarks/run.py --list               # the scenarios and what each measures
 
-A written file holds every benchmark from one run of one commit (stamped into it), so --write
-refuses --only. What the file holds from its HAND_WRITTEN marker on is kept as it is.
-
-Targets are reported, never asserted: the exit status is 0 unless a benchmark crashed.
+Targets are reported, never asserted: the exit status is 1 only when a scenario crashed.
+A written file holds the scenarios of one run of one commit, stamped with the commit and
+the digest of what makes its numbers (`_stamp.py`); what it holds from its HAND_WRITTEN
+marker on is kept as it is.
 """
 
 from __future__ import annotations
@@ -33,57 +33,76 @@ from _harness import (
     render_text,
     run_section,
 )
+from _stamp import stamp
+
+SCENARIOS = {
+    "engine": "one healthy step through the engine against its floor (JSON + SHA-256)",
+    "scaling": "the guard's CPU per step with long histories; dedupe_siblings at width",
+    "conversations": "memory per conversation, and what finished runs leave behind",
+    "peers": "the published loop guards side by side (installed with --peers)",
+    "text": "the repeated-text watch: its cost, its linearity, what a cut saves",
+    "report": "`loop-guard report` on SQLite fleets: time and peak memory",
+    "instructions": "instructions per healthy step at 250 B to 1 MB results (valgrind)",
+    "text-instructions": "instructions per streamed chunk of the text watch (valgrind)",
+    "soak": "many conversations at once on one guard, per face: no deviation, no growth",
+}
+WALL = ("engine", "scaling", "conversations", "peers", "text", "report")
+"""What runs when no scenario is named."""
+COUNTED = ("instructions", "text-instructions")
 
 
-def benchmarks(scale: Scale, *, peers: bool) -> dict[str, Callable[[], Section]]:
+def scenario(name: str, scale: Scale, *, peers: bool) -> Callable[[], Section]:
     # Imported here: each pulls in LangChain, and `--help` should not wait for it.
-    import bench_agent
-    import bench_conversations
-    import bench_engine
-    import bench_peers
-    import bench_scaling
-    import bench_text
+    if name == "peers":
+        import bench_peers
 
-    return {
-        "1": lambda: bench_engine.run(scale),
-        "2": lambda: bench_agent.run(scale),
-        "3": lambda: bench_scaling.run(scale),
-        "4": lambda: bench_conversations.run(scale),
-        "5": lambda: bench_peers.run(scale, peers=peers),
-        "6": lambda: bench_text.run(scale),
-    }
+        return lambda: bench_peers.run(scale, peers=peers)
+    module = {
+        "engine": "bench_engine",
+        "scaling": "bench_scaling",
+        "conversations": "bench_conversations",
+        "text": "bench_text",
+        "report": "bench_report",
+        "instructions": "instructions",
+        "text-instructions": "text_instructions",
+        "soak": "soak",
+    }[name]
+    return lambda: __import__(module).run(scale)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="loop_guard benchmarks")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: the CI smoke pass")
-    parser.add_argument("--peers", action="store_true", help="install and measure the peers")
-    parser.add_argument("--only", default="", help="comma-separated benchmark numbers (1-6)")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--write",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="write the markdown to FILE (benchmarks/RESULTS.md: the committed results), "
-        "keeping FILE's hand-written part; every benchmark, so not with --only",
+        "scenarios", nargs="*", help="scenarios to run (default: the wall-time ones)"
     )
+    parser.add_argument("--all", action="store_true", help="every scenario but the soak")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes, no valgrind: the CI smoke"
+    )
+    parser.add_argument("--peers", action="store_true", help="install and measure the peers")
+    parser.add_argument("--list", action="store_true", help="list the scenarios")
+    parser.add_argument("--write", type=Path, metavar="FILE", help="write the markdown to FILE")
     args = parser.parse_args(argv)
+    if args.list:
+        for name, what in SCENARIOS.items():
+            print(f"{name:18} {what}")
+        return 0
+    unknown = set(args.scenarios) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios: {', '.join(sorted(unknown))} (see --list)")
     if args.quick and args.peers:
         parser.error("--quick never installs the peers; drop --peers")
-    if args.write is not None and args.only:
-        parser.error("--write writes every benchmark from one run; drop --only")
-    # Every guard logs its interventions; keep the benchmark's output to its tables.
+    chosen = args.scenarios or ([*WALL, *COUNTED] if args.all or args.quick else list(WALL))
+    # Every guard logs its interventions; keep the output to the tables.
     logging.getLogger().addHandler(logging.NullHandler())
     scale = QUICK if args.quick else FULL
     info = machine_info()
-    chosen = {part.strip() for part in args.only.split(",") if part.strip()}
     sections: list[Section] = []
     started = time.perf_counter()
-    for key, function in benchmarks(scale, peers=args.peers).items():
-        if chosen and key not in chosen:
-            continue
-        print_flush(f"benchmark {key} …")
-        section = run_section(key, function)
+    for name in chosen:
+        print_flush(f"{name} …")
+        section = run_section(name, scenario(name, scale, peers=args.peers))
+        section.key = name
         print_flush(
             f"  {section.title}: {section.seconds:.1f} s" + (" CRASHED" if section.error else "")
         )
@@ -91,25 +110,19 @@ def main(argv: list[str] | None = None) -> int:
     print_flush(render_text(sections))
     print_flush(f"\nTotal: {time.perf_counter() - started:.0f} s")
     if args.write is not None:
-        command = "python benchmarks/run.py" + (" --peers" if args.peers else "")
-        command += (" --quick" if args.quick else "") + f" --write {args.write}"
-        hand_written = ""
-        if args.write.exists():
-            old = args.write.read_text()
-            if HAND_WRITTEN in old:
-                hand_written = old[old.index(HAND_WRITTEN) :]
-        preface = (
-            "Why the missed targets miss — profiles, where the time goes, what stands between"
-            " the guard and the targets: [FINDINGS.md](FINDINGS.md)."
+        command = " ".join(
+            ["python benchmarks/run.py", *(argv if argv is not None else sys.argv[1:])]
         )
+        old = args.write.read_text() if args.write.exists() else ""
+        hand_written = old[old.index(HAND_WRITTEN) :] if HAND_WRITTEN in old else ""
         markdown = render_markdown(
-            sections, info, command=command, preface=preface, hand_written=hand_written
+            sections, info, command=command, stamp=stamp(), hand_written=hand_written
         )
         args.write.write_text(markdown)
         print_flush(f"Wrote {args.write}")
     crashed = [s.key for s in sections if s.error]
     if crashed:
-        print_flush(f"Crashed: benchmark(s) {', '.join(crashed)}", file=sys.stderr)
+        print_flush(f"Crashed: {', '.join(crashed)}", file=sys.stderr)
         return 1
     return 0
 

@@ -1,26 +1,24 @@
 """Soak: one guard, many conversations, for a while; nothing leaks, nothing drifts.
 
-    .venv/bin/python benchmarks/soak.py [--seconds 120] [--face graph|middleware|both]
+    python benchmarks/run.py soak    # two minutes a face; with --quick, two small rounds
 
 Rounds of conversations run at once — OS threads and asyncio tasks on one guard (the
 graph face) or one compiled agent (the middleware face). Stubborn conversations must end
 after exactly 7 model calls with 3 blocks; healthy ones must finish untouched. After
 each round the retained memory is sampled. Per face it reports rounds, conversations,
-deviations, guard errors and the retained memory's growth per round, and exits 1 if any
-conversation deviates, if any guard error event appears, or if memory keeps growing round
-after round. The graph face runs without thread ids, so each request is a conversation of
-its own that only the guard's `max_conversations` bound releases: the soak sets it to 200
-and checks that memory levels off there. `tests/deploy/test_soak.py` runs a few small rounds of
-each face as part of the test suite.
+deviations, guard errors and the retained memory's growth per round; the soak fails (its
+target is missed) if any conversation deviates, if any guard error event appears, or if
+memory keeps growing round after round. The graph face runs without thread ids, so each
+request is a conversation of its own that only the guard's `max_conversations` bound
+releases: the soak sets it to 200 and checks that memory levels off there.
+`tests/deploy/test_soak.py` runs a few small rounds of each face as part of the test suite.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import logging
-import sys
 import threading
 import time
 import tracemalloc
@@ -174,22 +172,20 @@ def soak(face: str, seconds: float, tasks_per_round: int, min_rounds: int) -> Re
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.getLogger("loop_guard").addHandler(logging.NullHandler())  # the summary says it
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=120.0, help="per face (default 120)")
-    parser.add_argument("--face", choices=["graph", "middleware", "both"], default="both")
-    args = parser.parse_args(argv)
-    faces = ["graph", "middleware"] if args.face == "both" else [args.face]
-    healthy = True
-    for face in faces:
-        report = soak(face, args.seconds, tasks_per_round=TASKS, min_rounds=6)
-        for problem in report.problems[:3]:
-            print(f"  {problem}")
-        print(report.summary(), flush=True)
-        healthy = healthy and report.ok
-    return 0 if healthy else 1
+def run(scale: Any) -> Any:
+    """Each face soaked: two minutes a face, or (quick) the test suite's two small rounds."""
+    from _harness import Section, Target  # here: the test suite imports this module alone
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    logging.getLogger("loop_guard").addHandler(logging.NullHandler())  # the table says it
+    out = Section("soak", "Soak: many conversations at once on one guard", __doc__.split("\n\n")[2])
+    out.columns = ["face", "what it found"]
+    for face in ("graph", "middleware"):
+        if scale.quick:
+            report = soak(face, 0, tasks_per_round=8, min_rounds=2)
+        else:
+            report = soak(face, 120.0, tasks_per_round=TASKS, min_rounds=6)
+        out.rows.append([face, report.summary()])
+        out.notes += report.problems[:3]
+        deviated = float(not report.ok)
+        out.targets.append(Target.at_most(f"{face}: deviations, errors or growth", 0, deviated))
+    return out

@@ -1,7 +1,7 @@
 """A short soak of each face: concurrent conversations on one guard, none deviates, none leaks.
 
 Runs `benchmarks/soak.py`'s rounds at a small size (2 rounds of 16 conversations per face,
-threads and asyncio tasks at once); `.venv/bin/python benchmarks/soak.py` is the long soak.
+threads and asyncio tasks at once); `python benchmarks/run.py soak` is the long soak.
 """
 
 from __future__ import annotations
