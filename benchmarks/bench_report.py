@@ -46,11 +46,11 @@ class Run:
     reported: int | None  # the threads the report's JSON counts
 
 
-def report(database: Path, out: Path) -> tuple[float, int, int | None]:
-    """Run `loop-guard report` on a database: wall time, peak RSS (bytes), threads reported."""
+def report(source: Path, out: Path, jobs: int | None = None) -> tuple[float, int, int | None]:
+    """Run `loop-guard report` on a source: wall time, peak RSS (bytes), threads reported."""
     html, numbers, log = out / "report.html", out / "report.json", out / "report.log"
-    argv = [sys.executable, "-m", "loop_guard", "report", str(database), "-o", str(html),
-            "--json", str(numbers)]  # fmt: skip
+    argv = [sys.executable, "-m", "loop_guard", "report", str(source), "-o", str(html),
+            "--json", str(numbers), *(["--jobs", str(jobs)] if jobs else [])]  # fmt: skip
     with log.open("w") as output:
         start = time.perf_counter()
         child = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, cwd=out)

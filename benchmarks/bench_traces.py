@@ -1,19 +1,16 @@
 """`loop-guard report` on a LangSmith runs export: time and peak memory against its size.
 
-    .venv/bin/python benchmarks/bench_traces.py [--quick] [--traces 1000,5000]
-
 For each size, an export of that many traces of 20 runs each (a root, ten model runs and
 nine tool runs; every other trace loops on one call) is written as JSON Lines, in a shuffled
 order, from runs made with the `langsmith` SDK's `RunTree` (one trace is built, then copied
-under fresh ids) by a child process. Then `python -m loop_guard report RUNS.jsonl` runs in
-another (`bench_report.report`): its wall time and its peak resident memory. Prints a markdown
-table, then whether the peak memory grew with the export's size: the reader spools the runs
-to a temporary SQLite file, so it is meant to stay flat.
+under fresh ids) by a child process. Then `python -m loop_guard report RUNS.jsonl --jobs 1`
+runs in another (`bench_report.report`): its wall time and its peak resident memory. The
+reader spools the runs to a temporary SQLite file, so the peak is meant to stay flat in the
+export's size (`run.py traces`).
 """
 
 from __future__ import annotations
 
-import argparse
 import random
 import re
 import subprocess
@@ -23,10 +20,8 @@ import time
 import uuid
 from pathlib import Path
 
-from _harness import REPO, machine_info, markdown_table, print_flush
-from bench_report import Run, growth, report, sizes, table
-
-sys.path.insert(0, str(REPO))
+from _harness import Scale, Section, Target, mib, print_flush, us
+from bench_report import FLAT, report
 
 TRACES = (1_000, 5_000)  # 20,000 and 100,000 runs
 QUICK_TRACES = (50, 200)
@@ -79,42 +74,45 @@ def _copy(trace: list[str], thread: str) -> list[str]:
     return [line.replace('"thread_id":"?"', f'"thread_id":"{thread}"') for line in lines]
 
 
-def run_size(traces: int) -> tuple[Run, int]:
+def run_size(traces: int) -> tuple[int, float, int, float, int]:
+    """Runs written, write seconds, export bytes, report seconds, report peak RSS (bytes)."""
     with tempfile.TemporaryDirectory(prefix="bench-traces-") as folder:
         out = Path(folder)
         export = out / "runs.jsonl"
         # Written by a child of its own: a report forked from a process that holds the export
         # would count that process's memory in its peak.
         start = time.perf_counter()
-        argv = [sys.executable, __file__, "--write", str(export), str(traces)]
-        runs = int(subprocess.run(argv, capture_output=True, check=True, text=True).stdout)
+        code = f"import bench_traces as b; print(b.write_export(b.Path({str(export)!r}), {traces}))"
+        argv = [sys.executable, "-c", code]
+        written = subprocess.run(
+            argv, capture_output=True, check=True, text=True, cwd=Path(__file__).parent
+        )
         write_s = time.perf_counter() - start
-        wall, rss, reported = report(export, out, 1)
-        return Run(traces, write_s, export.stat().st_size, wall, rss, reported), runs
+        wall, rss, _ = report(export, out, jobs=1)
+        return int(written.stdout), write_s, export.stat().st_size, wall, rss
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_TRACES}")
-    parser.add_argument("--traces", type=sizes, help=f"comma-separated (default {TRACES})")
-    parser.add_argument("--write", nargs=2, metavar=("PATH", "TRACES"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.write:
-        print(write_export(Path(args.write[0]), int(args.write[1])))
-        return 0
+def run(scale: Scale) -> Section:
     measured = []
-    for traces in args.traces or (QUICK_TRACES if args.quick else TRACES):
-        print_flush(f"{traces:,} traces ...", file=sys.stderr)
-        measured.append(run_size(traces))
-    print("## `loop-guard report` on a LangSmith runs export (20 runs a trace, --jobs 1)\n")
-    print(markdown_table(["", ""], [[k, v] for k, v in machine_info().items()]))
-    print()
-    print(table([run for run, _ in measured]).replace("threads", "traces", 1))
-    print()
-    print(", ".join(f"{traces:,} runs" for _, traces in measured), "\n")
-    print(growth([run for run, _ in measured]).replace("threads", "traces"))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    for traces in QUICK_TRACES if scale.quick else TRACES:
+        print_flush(f"  {traces:,} traces ...", file=sys.stderr)
+        measured.append((traces, *run_size(traces)))
+    columns = ["traces", "runs", "export", "report", "runs / s", "peak RSS"]
+    rows = [
+        [f"{traces:,}", f"{runs:,}", mib(size), us(wall), f"{runs / wall:,.0f}", mib(rss)]
+        for traces, runs, _, size, wall, rss in measured
+    ]
+    small, large = measured[0], measured[-1]
+    targets = [
+        Target.at_most(f"peak RSS, {large[0]:,} ÷ {small[0]:,} traces", FLAT, large[5] / small[5])
+    ]
+    if not scale.quick:  # the time target is for 100,000 runs; tiny exports are start-up
+        targets.append(Target.at_most(f"report of {large[1]:,} runs", 60.0, large[4], unit="s"))
+    return Section(
+        "traces",
+        "`loop-guard report` on a LangSmith runs export",
+        __doc__.split("\n\n", 1)[0].replace("\n", " ").strip(),
+        columns=columns,
+        rows=rows,
+        targets=targets,
+    )

@@ -42,11 +42,12 @@ SCENARIOS = {
     "peers": "the published loop guards side by side (installed with --peers)",
     "text": "the repeated-text watch: its cost, its linearity, what a cut saves",
     "report": "`loop-guard report` on SQLite fleets: time and peak memory",
+    "traces": "`loop-guard report` on LangSmith runs exports: time and peak memory",
     "instructions": "instructions per healthy step at 250 B to 1 MB results (valgrind)",
     "text-instructions": "instructions per streamed chunk of the text watch (valgrind)",
     "soak": "many conversations at once on one guard, per face: no deviation, no growth",
 }
-WALL = ("engine", "scaling", "conversations", "peers", "text", "report")
+WALL = ("engine", "scaling", "conversations", "peers", "text", "report", "traces")
 """What runs when no scenario is named."""
 COUNTED = ("instructions", "text-instructions")
 
@@ -63,6 +64,7 @@ def scenario(name: str, scale: Scale, *, peers: bool) -> Callable[[], Section]:
         "conversations": "bench_conversations",
         "text": "bench_text",
         "report": "bench_report",
+        "traces": "bench_traces",
         "instructions": "instructions",
         "text-instructions": "text_instructions",
         "soak": "soak",
