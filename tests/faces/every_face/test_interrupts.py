@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 from langchain_core.messages import BaseMessage
@@ -21,6 +21,8 @@ from langgraph.types import Command, interrupt
 from loop_guard import GuardEvent, LoopGuardStop
 from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support.agents import (
+    FACES,
+    Face,
     ToolRuns,
     ask,
     assert_valid_history,
@@ -35,9 +37,6 @@ from tests.support.agents import (
 
 FETCH = ("fetch", {"url": "example.com"})
 APPROVED = "approved"
-
-Face = Literal["node", "handler", "middleware"]
-FACES: tuple[Face, ...] = ("node", "handler", "middleware")
 
 
 def make_fetch(runs: ToolRuns, *, asks_human: bool) -> BaseTool:

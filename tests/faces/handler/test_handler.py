@@ -20,6 +20,7 @@ from loop_guard.testing import (
     stubborn,
 )
 from tests.support.agents import (
+    Guarded,
     Mode,
     ToolRuns,
     ask,
@@ -121,7 +122,7 @@ def test_the_handler_memory_stays_bounded_with_subagents() -> None:
     """A handler watching a caller that runs a subagent inside a tool, 30 requests: what it
     keeps per conversation stays within the guard's bound, and no run outlives its request,
     not even the model run a stop refused."""
-    from tests.faces.multi_agent.test_namespaces import Guarded, caller_with_subagent
+    from tests.faces.multi_agent.test_namespaces import caller_with_subagent
 
     shared = Guarded("handler")
     shared.guard.max_conversations = 5
