@@ -15,11 +15,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from loop_guard import GuardEvent
 from loop_guard.testing import ScriptedChatModel, tool_calls_message
 from tests.support.agents import (
-    ToolRuns,
     ask,
     assert_valid_history,
     guarded_agent,
-    make_tools,
     timeline,
 )
 
@@ -47,9 +45,8 @@ def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
 
 def build(face: str, guard_events: list[GuardEvent]) -> Any:
     model = ScriptedChatModel(script=script)
-    tools = make_tools(ToolRuns())
     agent, _ = guarded_agent(
-        face, model, tools, on_event=guard_events.append, checkpointer=InMemorySaver()
+        face, model, on_event=guard_events.append, checkpointer=InMemorySaver()
     )
     return agent
 

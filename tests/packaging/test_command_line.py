@@ -12,6 +12,7 @@ from pathlib import Path
 
 import loop_guard
 from tests.scan.test_scan import openai_healthy, openai_loop, scan, write
+from tests.support.cli import run_process
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:
@@ -22,13 +23,7 @@ def python(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_version_is_the_distributions() -> None:
     assert loop_guard.__version__ == version("langchain-loop-guard")
-    done = subprocess.run(
-        [sys.executable, "-m", "loop_guard", "--version"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_process("--version")
     assert done.returncode == 0
     assert done.stdout.strip() == f"loop-guard {version('langchain-loop-guard')}"
 

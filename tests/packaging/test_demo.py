@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 
 import pytest
 
 from loop_guard.cli import main
 from loop_guard.demo import run_demo
+from tests.support.cli import run_process
 
 
 def test_demo_shows_the_guard_stopping_the_stubborn_agent() -> None:
@@ -38,13 +37,7 @@ def test_demo_shows_the_guard_stopping_the_stubborn_agent() -> None:
 
 def test_demo_command_runs_as_a_module() -> None:
     """`python -m loop_guard demo` works from a fresh interpreter."""
-    done = subprocess.run(
-        [sys.executable, "-m", "loop_guard", "demo"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_process("demo")
     assert done.returncode == 0, done.stderr
     assert "Saved 93 model calls" in done.stdout
     assert done.stderr == ""

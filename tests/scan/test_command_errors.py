@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +21,11 @@ from langchain_core.messages import BaseMessage
 import loop_guard.scan
 from loop_guard.testing import ScriptedChatModel
 from tests.scan.test_scan import openai_healthy, openai_loop, write
-from tests.support.cli import run_cli
+from tests.support.cli import run_cli, run_process
 from tests.support.fleet import sqlite_fleet
 
 THREADS = 20
 CORRUPT = "cycle-000001"
-
-
-def run_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m loop_guard ARGV` as a real process."""
-    return subprocess.run(
-        [sys.executable, "-m", "loop_guard", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
 
 
 def corrupt_thread(database: Path, thread_id: str, blob: bytes, kind: str = "msgpack") -> None:

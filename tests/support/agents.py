@@ -32,6 +32,11 @@ from loop_guard import (
     guard_tools,
 )
 from loop_guard.marks import GUARD_NAME
+from loop_guard.testing import Script, ScriptedChatModel
+
+# The three ways a guard is attached, as the multi-agent and interrupt tests name them.
+Face = Literal["middleware", "node", "handler"]
+FACES: tuple[Face, ...] = ("middleware", "node", "handler")
 
 Mode = Literal["invoke", "ainvoke", "stream", "astream"]
 MODES: tuple[Mode, ...] = ("invoke", "ainvoke", "stream", "astream")
@@ -281,7 +286,7 @@ def build_graph(
 def guarded_agent(
     face: str,
     model: BaseChatModel,
-    tools: Sequence[BaseTool],
+    tools: Sequence[BaseTool] | None = None,
     *,
     on_event: Callable[[GuardEvent], object] | None = None,
     checkpointer: Any = None,
@@ -295,8 +300,13 @@ def guarded_agent(
     - `graph`: `guard_tools` + `ToolNode` + `LoopGuardNode` (`build_graph`);
     - `handler`: `create_agent` with `guard_tools` and a `LoopGuardCallbackHandler` in the
       run config, no node (a stopped request ends with `LoopGuardStop`).
+
+    `tools` default to `make_tools` counting into a `ToolRuns` of its own.
     """
     from langchain.agents import create_agent  # the `agents` extra, for these faces only
+
+    if tools is None:
+        tools = make_tools(ToolRuns())
 
     if face in ("middleware", "agent"):
         agent = create_agent(
@@ -322,6 +332,60 @@ def guarded_agent(
         )
         return agent, {"callbacks": [LoopGuardCallbackHandler(guard)]}
     raise ValueError(f"unknown face {face!r}")
+
+
+class Guarded:
+    """One guard shared by every agent a test builds, attached the way `face` does it."""
+
+    def __init__(self, face: Face) -> None:
+        self.face = face
+        self.events: list[GuardEvent] = []
+        if face == "middleware":
+            self.middleware = LoopGuardMiddleware(on_event=self.events.append)
+        else:
+            self.guard = LoopGuard(on_event=self.events.append)
+            self.handler = LoopGuardCallbackHandler(self.guard)
+
+    @property
+    def callbacks(self) -> dict[str, Any]:
+        """What a run config needs: the handler's callbacks on the `handler` face."""
+        return {"callbacks": [self.handler]} if self.face == "handler" else {}
+
+    def agent(
+        self,
+        script: Script,
+        tools: Sequence[BaseTool],
+        *,
+        checkpointer: Any = None,
+        name: str | None = None,
+    ) -> tuple[Any, ScriptedChatModel]:
+        """An agent guarded by the shared guard; a subgraph inherits its parent's saver."""
+        from langchain.agents import create_agent  # the `agents` extra, for these faces only
+
+        model = ScriptedChatModel(script=script)
+        if self.face == "middleware":
+            agent = create_agent(
+                model, tools, middleware=[self.middleware], checkpointer=checkpointer, name=name
+            )
+        elif self.face == "node":
+            agent = build_graph(model, tools, self.guard, checkpointer=checkpointer)
+        else:
+            agent = create_agent(
+                model, guard_tools(tools, self.guard), checkpointer=checkpointer, name=name
+            )
+        return agent, model
+
+    def run(self, graph: Any, text: str, mode: Mode, *, thread: bool = True) -> list[BaseMessage]:
+        """One request, on thread `t` unless `thread` is false; the final messages."""
+        config: dict[str, Any] = {"configurable": {"thread_id": "t"}} if thread else {}
+        return run(graph, ask(text), {**config, **self.callbacks}, mode)
+
+    def conversations(self, since: int = 0) -> dict[str, list[tuple[str, str]]]:
+        """The events from index `since` on, grouped by conversation, in order."""
+        grouped: dict[str, list[tuple[str, str]]] = {}
+        for event in self.events[since:]:
+            grouped.setdefault(event.conversation, []).append((event.kind, event.tool))
+        return grouped
 
 
 def record_unguarded_loops(checkpointer: Any, threads: Sequence[str]) -> None:

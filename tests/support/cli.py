@@ -1,8 +1,10 @@
-"""The `loop-guard` command run in this process, for the tests of its output and status."""
+"""The `loop-guard` command run in this process or as a real one, for the tests of its output
+and status."""
 
 from __future__ import annotations
 
 import io
+import subprocess
 import sys
 
 from loop_guard.cli import main
@@ -20,3 +22,15 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     finally:
         sys.stdout, sys.stderr = original
     return status, out.getvalue(), err.getvalue()
+
+
+def run_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m loop_guard ARGV` as a real process."""
+    return subprocess.run(
+        [sys.executable, "-m", "loop_guard", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -27,10 +27,8 @@ from loop_guard import (
     guard_tools,
 )
 from loop_guard.testing import Script, ScriptedChatModel
+from tests.support.agents import Face
 from tests.support.between import Network
-
-Face = Literal["middleware", "handler", "node"]
-FACES: tuple[Face, ...] = ("middleware", "handler", "node")
 
 Lines = Callable[[int], str | None]
 """What an agent says on its `turn`-th handoff (0 first); `None`: it answers instead."""

@@ -19,10 +19,16 @@ from loop_guard import (
     LoopGuardCallbackHandler,
     LoopGuardMiddleware,
     LoopGuardStop,
-    guard_tools,
 )
 from loop_guard.testing import ScriptedChatModel, sequence
-from tests.support.agents import Mode, assert_valid_history, build_graph, final_stop, run
+from tests.support.agents import (
+    Mode,
+    assert_valid_history,
+    build_graph,
+    final_stop,
+    guarded_agent,
+    run,
+)
 
 BOOK = ("book", {"flight": "HAT030"})
 SEARCH = ("search", {"route": "LAX-ORD"})
@@ -49,9 +55,9 @@ Face = Callable[[list[GuardEvent], int, Any], Any]
 
 def middleware_face(events: list[GuardEvent], request: int, checkpointer: Any) -> Any:
     model = ScriptedChatModel(script=sequence(*REQUESTS[request]))
-    guard = LoopGuardMiddleware(on_event=events.append)
-    agent = create_agent(model, tools(), middleware=[guard], checkpointer=checkpointer)
-    return agent, {}
+    return guarded_agent(
+        "middleware", model, tools(), on_event=events.append, checkpointer=checkpointer
+    )
 
 
 def graph_face(events: list[GuardEvent], request: int, checkpointer: Any) -> Any:
@@ -185,14 +191,11 @@ def run_face(face: str, turns: list[Any], mode: Mode) -> tuple[Any, Counter[str]
     runs: Counter[str] = Counter()
     model = ScriptedChatModel(script=sequence(*turns))
     config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 200}
-    if face == "middleware":
-        agent = create_agent(model, broken_tools(runs), middleware=[LoopGuardMiddleware()])
-    elif face == "node":
-        agent = build_graph(model, broken_tools(runs), LoopGuard())
-    else:  # the wrapper and the handler, no node: the handler refuses the next model call
-        guard = LoopGuard()
-        agent = create_agent(model, guard_tools(broken_tools(runs), guard))
-        config["callbacks"] = [LoopGuardCallbackHandler(guard)]
+    # "wrapper+handler": the wrapper and the handler, no node; the handler blocks the next
+    # model call
+    faces = {"middleware": "middleware", "node": "graph", "wrapper+handler": "handler"}
+    agent, extra = guarded_agent(faces[face], model, broken_tools(runs))
+    config.update(extra)
     try:
         return run(agent, {"messages": [HumanMessage("find the roadmap")]}, config, mode), runs
     except LoopGuardStop as abort:
@@ -222,19 +225,15 @@ def guarded(face: str, turns: list[Any], runs: Counter[str], events: list[GuardE
             checkpointer: Any, pause: list[str] | None) -> Any:  # fmt: skip
     """A new agent with a new guard (middleware or node) on a shared checkpointer."""
     model = ScriptedChatModel(script=sequence(*turns))
-    if face == "middleware":
-        middleware = [LoopGuardMiddleware(on_event=events.append)]
-        return create_agent(
-            model,
-            broken_tools(runs),
-            middleware=middleware,
-            checkpointer=checkpointer,
-            interrupt_before=pause,
-        )
-    guard = LoopGuard(on_event=events.append)
-    return build_graph(
-        model, broken_tools(runs), guard, checkpointer=checkpointer, interrupt_before=pause
+    agent, _ = guarded_agent(
+        "graph" if face == "node" else face,
+        model,
+        broken_tools(runs),
+        on_event=events.append,
+        checkpointer=checkpointer,
+        interrupt_before=pause,
     )
+    return agent
 
 
 @pytest.mark.parametrize("face", ["middleware", "node"])

@@ -69,13 +69,8 @@ def test_disabled_by_the_one_switch_it_runs_unguarded(monkeypatch: pytest.Monkey
     assert runs > 4
 
 
-SCRIPT = """
-from langchain.agents import create_agent
-from langchain_core.tools import tool
-from loop_guard import LoopGuardMiddleware
-from loop_guard.testing import ScriptedChatModel, stubborn
-
-
+# The agent both scripts run: a stubborn model calling a tool that keeps failing.
+AGENT = """
 @tool
 def read_file(path: str) -> str:
     \"\"\"Read a text file.\"\"\"
@@ -83,11 +78,23 @@ def read_file(path: str) -> str:
 
 
 model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
-for _ in range(3):  # a guard built three times says it once
+"""
+
+SCRIPT = (
+    """
+from langchain.agents import create_agent
+from langchain_core.tools import tool
+from loop_guard import LoopGuardMiddleware
+from loop_guard.testing import ScriptedChatModel, stubborn
+
+"""
+    + AGENT
+    + """for _ in range(3):  # a guard built three times says it once
     agent = create_agent(model, [read_file], middleware=[LoopGuardMiddleware()])
 result = agent.invoke({"messages": [("user", "Summarise notes.md")]})
 print(result["messages"][-1].content.splitlines()[0])
 """
+)
 
 
 @pytest.mark.slow
@@ -143,7 +150,8 @@ def test_a_plain_script_shows_the_warning_on_stderr(
     assert f"agent.py:16: LoopGuardConfigWarning: {said}" in done.stderr
 
 
-ASK_SCRIPT = """
+ASK_SCRIPT = (
+    """
 import sys
 
 from langchain.agents import create_agent
@@ -154,15 +162,9 @@ from langgraph.types import Command
 from loop_guard import LoopGuardMiddleware
 from loop_guard.testing import ScriptedChatModel, stubborn
 
-
-@tool
-def read_file(path: str) -> str:
-    \"\"\"Read a text file.\"\"\"
-    return f"File not found: {path}"
-
-
-model = ScriptedChatModel(script=stubborn(("read_file", {"path": "notes.md"})))
-agent = create_agent(
+"""
+    + AGENT
+    + """agent = create_agent(
     model, [read_file], middleware=[LoopGuardMiddleware(exit_behavior="ask")],
     checkpointer=InMemorySaver(),
 )
@@ -171,6 +173,7 @@ assert "__interrupt__" in agent.invoke({"messages": [("user", "Summarise notes.m
 result = agent.invoke(Command(resume=eval(sys.argv[1])), config)
 print(result["messages"][-1].content.splitlines()[0])
 """
+)
 
 
 @pytest.mark.slow

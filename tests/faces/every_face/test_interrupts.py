@@ -10,31 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Literal
+from typing import Any
 
 import pytest
-from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 
-from loop_guard import (
-    GuardEvent,
-    LoopGuard,
-    LoopGuardCallbackHandler,
-    LoopGuardMiddleware,
-    LoopGuardStop,
-    guard_tools,
-)
+from loop_guard import GuardEvent, LoopGuardStop
 from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support.agents import (
+    FACES,
+    Face,
     ToolRuns,
     ask,
     assert_valid_history,
-    build_graph,
     current_request,
     final_stop,
+    guarded_agent,
     interrupt_in_async_tool,
     needs_async_context,
     steers,
@@ -43,9 +37,6 @@ from tests.support.agents import (
 
 FETCH = ("fetch", {"url": "example.com"})
 APPROVED = "approved"
-
-Face = Literal["node", "handler", "middleware"]
-FACES: tuple[Face, ...] = ("node", "handler", "middleware")
 
 
 def make_fetch(runs: ToolRuns, *, asks_human: bool) -> BaseTool:
@@ -74,16 +65,14 @@ def make_fetch(runs: ToolRuns, *, asks_human: bool) -> BaseTool:
 def build(face: Face, tools: list[BaseTool], events: list[GuardEvent]) -> tuple[Any, Any]:
     """The agent for a face, and its config."""
     model = ScriptedChatModel(script=stubborn(FETCH))
-    config: dict[str, Any] = {"configurable": {"thread_id": "t"}, "recursion_limit": 200}
-    if face == "middleware":
-        middleware = LoopGuardMiddleware(on_event=events.append)
-        agent = create_agent(model, tools, middleware=[middleware], checkpointer=InMemorySaver())
-        return agent, config
-    guard = LoopGuard(on_event=events.append)
-    if face == "node":
-        return build_graph(model, tools, guard, checkpointer=InMemorySaver()), config
-    agent = create_agent(model, guard_tools(tools, guard), checkpointer=InMemorySaver())
-    return agent, {**config, "callbacks": [LoopGuardCallbackHandler(guard)]}
+    agent, extra = guarded_agent(
+        "graph" if face == "node" else face,
+        model,
+        tools,
+        on_event=events.append,
+        checkpointer=InMemorySaver(),
+    )
+    return agent, {"configurable": {"thread_id": "t"}, "recursion_limit": 200, **extra}
 
 
 def approve_every_call(agent: Any, config: Any, sync: bool) -> tuple[list[BaseMessage], int]:

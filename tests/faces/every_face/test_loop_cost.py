@@ -48,7 +48,7 @@ def run_loop(face: str, mode: str, thread: str = "t", checkpointer: Any = None) 
     events: list[GuardEvent] = []
     model = ScriptedChatModel(script=with_usage(stubborn(READ), 90, 10))
     agent, extra = guarded_agent(
-        face, model, make_tools(ToolRuns()), on_event=events.append,
+        face, model, on_event=events.append,
         checkpointer=checkpointer or InMemorySaver(),
     )  # fmt: skip
     config = {"configurable": {"thread_id": thread}, **extra}
@@ -95,12 +95,10 @@ def test_a_thread_moved_to_another_process_keeps_its_cost(face: str, tmp_path: P
         events: list[GuardEvent] = []
         model = ScriptedChatModel(script=with_usage(stubborn(READ), 90, 10))
         config = {"configurable": {"thread_id": "t"}, "recursion_limit": 7}
-        first, _ = guarded_agent(face, model, make_tools(ToolRuns()), checkpointer=saver)
+        first, _ = guarded_agent(face, model, checkpointer=saver)
         with pytest.raises(GraphRecursionError):
             first.invoke(ask(), config)  # 4 replies ran, the steer is delivered
-        second, _ = guarded_agent(
-            face, model, make_tools(ToolRuns()), on_event=events.append, checkpointer=saver
-        )
+        second, _ = guarded_agent(face, model, on_event=events.append, checkpointer=saver)
         second.invoke(None, {"configurable": {"thread_id": "t"}})
     assert events, "the second worker decided the rest of the loop"
     assert [(e.kind, e.cost) for e in events] == KINDS_AND_COSTS[-len(events) :]
@@ -151,7 +149,7 @@ def test_the_scan_of_a_run_the_guard_stopped_saves_nothing_more() -> None:
     stop saved."""
     events: list[GuardEvent] = []
     model = ScriptedChatModel(script=with_usage(stubborn(READ), 90, 10))
-    agent, _ = guarded_agent("middleware", model, make_tools(ToolRuns()), on_event=events.append)
+    agent, _ = guarded_agent("middleware", model, on_event=events.append)
     messages = agent.invoke(ask(), {"configurable": {"thread_id": "t"}})["messages"]
     report = scan_conversation(LoopGuardConfig(), Conversation("guarded", messages))
     # Compaction, off in this run, would have sent the repeated blocks once.

@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from loop_guard import LoopGuardStop
 from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support import ROOT
-from tests.support.agents import Mode, ToolRuns, ask, guarded_agent, make_tools, run
+from tests.support.agents import Mode, ask, guarded_agent, run
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk", reason="needs opentelemetry-sdk (dev)")
 
@@ -39,7 +39,7 @@ TRACER = trace.get_tracer("tests")
 
 
 def guarded(face: str, model: Any) -> tuple[Any, dict[str, Any]]:
-    return guarded_agent(face, model, make_tools(ToolRuns()), checkpointer=InMemorySaver())
+    return guarded_agent(face, model, checkpointer=InMemorySaver())
 
 
 def counts() -> Counter[tuple[str, str, str]]:

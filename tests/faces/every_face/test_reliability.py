@@ -300,11 +300,8 @@ def test_deep_args_and_odd_results_through_a_wrapped_tool() -> None:
     """Deeply nested args (as deep as LangChain itself can print) and a result with a lone
     surrogate: the tool gets its args unchanged and the repeats are blocked."""
     deep: list[Any] = []
-    node = deep
     for _ in range(300):
-        child: list[Any] = []
-        node.append(child)
-        node = child
+        deep = [deep]
     seen: list[Any] = []
 
     @tool

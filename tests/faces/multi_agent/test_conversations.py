@@ -17,16 +17,14 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from loop_guard.marks import GUARD_NAME
-from tests.support.agents import assert_valid_history, blocked, needs_async_context
+from tests.support.agents import FACES, Face, assert_valid_history, blocked, needs_async_context
 from tests.support.between import Network
 from tests.support.talk import (
     DONE,
-    FACES,
     GUESSES,
     NUMBER,
     ROUNDS,
     Chat,
-    Face,
     bounce,
     guessing,
     handoff_to,

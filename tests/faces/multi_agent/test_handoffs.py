@@ -27,15 +27,12 @@ from pydantic.warnings import PydanticDeprecatedSince20
 
 from loop_guard import (
     GuardEvent,
-    LoopGuard,
-    LoopGuardCallbackHandler,
     LoopGuardMiddleware,
     LoopGuardStop,
-    guard_tools,
 )
 from loop_guard.marks import GUARD_NAME
 from loop_guard.testing import Script, ScriptedChatModel
-from tests.support.agents import assert_valid_history, blocked, needs_async_context
+from tests.support.agents import Face, Guarded, assert_valid_history, blocked, needs_async_context
 from tests.support.between import TASKS, HandlerPingPong, Network, PingPong, search
 
 SYNC = pytest.mark.parametrize(
@@ -256,7 +253,7 @@ def test_a_network_of_ones_own_handing_over_new_work_runs_to_its_end(
 
 
 @pytest.mark.parametrize("face", ["middleware", "handler"])
-def test_a_researcher_writer_exchange_with_new_findings_is_left_alone(face: str) -> None:
+def test_a_researcher_writer_exchange_with_new_findings_is_left_alone(face: Face) -> None:
     """Each handoff carries new work: the researcher searches a new topic, the writer
     writes a new draft, then hands back, for 8 laps; then the writer answers. Watched by
     each agent's middleware, or by the handler with every tool guarded by `guard_tools`."""
@@ -277,21 +274,11 @@ def test_a_researcher_writer_exchange_with_new_findings_is_left_alone(face: str)
             return call("transfer_to_researcher", {}, index)
         return call("write", {"draft": f"draft {drafts + 1}"}, index)
 
-    events: list[GuardEvent] = []
-    middleware = LoopGuardMiddleware(on_event=events.append)
-    guard = LoopGuard(on_event=events.append)
-    config: Any = {"recursion_limit": 200}
-    if face == "handler":
-        config["callbacks"] = [LoopGuardCallbackHandler(guard)]
+    shared = Guarded(face)
+    config: Any = {"recursion_limit": 200, **shared.callbacks}
 
     def agent(name: str, script: Script, tools: list[BaseTool]) -> Any:
-        if face == "handler":
-            return create_agent(
-                ScriptedChatModel(script=script), guard_tools(tools, guard), name=name
-            )
-        return create_agent(
-            ScriptedChatModel(script=script), tools, middleware=[middleware], name=name
-        )
+        return shared.agent(script, tools, name=name)[0]
 
     agents = [
         agent("researcher", researcher, [search, create_handoff_tool(agent_name="writer")]),
@@ -300,7 +287,7 @@ def test_a_researcher_writer_exchange_with_new_findings_is_left_alone(face: str)
     app = create_swarm(agents, default_active_agent="researcher").compile()
     messages = app.invoke({"messages": [HumanMessage("Write an article")]}, config)["messages"]
     assert messages[-1].text == "The article is done."
-    assert events == []
+    assert shared.events == []
     assert_valid_history(messages)
 
 

@@ -21,7 +21,6 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import pytest
-from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
@@ -31,26 +30,23 @@ from langgraph.types import Send
 from typing_extensions import TypedDict
 
 from loop_guard import (
-    GuardEvent,
     LoopGuard,
     LoopGuardCallbackHandler,
-    LoopGuardMiddleware,
     LoopGuardStop,
-    guard_tools,
 )
 from loop_guard.marks import GUARD_NAME
 from loop_guard.testing import Script, ScriptedChatModel, stubborn, tool_calls_message
 from tests.support.agents import (
+    FACES,
+    Face,
+    Guarded,
     ToolRuns,
     assert_valid_history,
-    build_graph,
     current_request,
     faces_and_modes,
     make_tools,
 )
 
-Face = Literal["middleware", "node", "handler"]
-FACES: tuple[Face, ...] = ("middleware", "node", "handler")
 Mode = Literal["invoke", "ainvoke"]
 MODES: tuple[Mode, ...] = ("invoke", "ainvoke")
 
@@ -58,51 +54,6 @@ THREAD = "t"
 READ = ("read_file", {"path": "notes.md"})
 STOPPED = [("steer", "read_file"), *[("block", "read_file")] * 3, ("stop", "read_file")]
 STEERED = [("steer", "list_dir")]
-
-
-class Guarded:
-    """One guard shared by every agent a test builds, attached the way `face` does it."""
-
-    def __init__(self, face: Face) -> None:
-        self.face = face
-        self.events: list[GuardEvent] = []
-        if face == "middleware":
-            self.middleware = LoopGuardMiddleware(on_event=self.events.append)
-        else:
-            self.guard = LoopGuard(on_event=self.events.append)
-            self.handler = LoopGuardCallbackHandler(self.guard)
-
-    def agent(
-        self, script: Script, tools: Sequence[BaseTool], *, checkpointer: Any = None
-    ) -> tuple[Any, ScriptedChatModel]:
-        """An agent guarded by the shared guard; a subgraph inherits its parent's saver."""
-        model = ScriptedChatModel(script=script)
-        if self.face == "middleware":
-            agent = create_agent(
-                model, tools, middleware=[self.middleware], checkpointer=checkpointer
-            )
-        elif self.face == "node":
-            agent = build_graph(model, tools, self.guard, checkpointer=checkpointer)
-        else:
-            agent = create_agent(model, guard_tools(tools, self.guard), checkpointer=checkpointer)
-        return agent, model
-
-    def run(self, graph: Any, text: str, mode: Mode, *, thread: bool = True) -> list[BaseMessage]:
-        """One request, on the thread unless `thread` is false; the final messages."""
-        config: dict[str, Any] = {"configurable": {"thread_id": THREAD}} if thread else {}
-        if self.face == "handler":
-            config["callbacks"] = [self.handler]
-        payload = {"messages": [HumanMessage(text)]}
-        if mode == "invoke":
-            return list(graph.invoke(payload, config)["messages"])
-        return list(asyncio.run(graph.ainvoke(payload, config))["messages"])
-
-    def conversations(self, since: int = 0) -> dict[str, list[tuple[str, str]]]:
-        """The events from index `since` on, grouped by conversation, in order."""
-        grouped: dict[str, list[tuple[str, str]]] = {}
-        for event in self.events[since:]:
-            grouped.setdefault(event.conversation, []).append((event.kind, event.tool))
-        return grouped
 
 
 def told_to_stop(messages: Sequence[BaseMessage]) -> bool:
