@@ -273,7 +273,9 @@ class LoopGuardConfig:
             >>> LoopGuardConfig.pi().detect_cycles
             False
         """
-        settings: dict[str, Any] = {**_PI_OFF, **overrides}
+        from loop_guard._detectors import PI_OFF  # read off the detectors, which read this
+
+        settings: dict[str, Any] = {**PI_OFF, **overrides}
         return cls().replace(**settings)
 
     def thresholds(self, tool: str) -> Thresholds:
@@ -497,18 +499,6 @@ _BOOLEANS = (
     "fresh_results",
     "dedupe_siblings",
     "detect_repeated_text",
-)
-_PI_OFF = dict.fromkeys(
-    (
-        "detect_cycles",
-        "detect_interleaved",
-        "escalate_ignored",
-        "detect_unknown_tools",
-        "detect_same_error",
-        "fresh_results",
-        "detect_repeated_text",
-    ),
-    False,
 )
 
 

@@ -1,10 +1,16 @@
 """The detectors: each looks at a request's state for one kind of loop.
 
-A steer detector looks at a newly counted step, a block detector at a call about to
-run. Each returns its decision, or `None` when the loop it knows is not there; the
-engine tries them in the order of `STEERS` and `BLOCKS`, and the first that fires
-wins. A detector that fires records on the state (a private copy the engine hands it)
-what keeps it from firing again for the same loop.
+`DETECTORS` is the table of them, one `Detector` per kind of loop: the `Reason` its
+steers and blocks give, the `LoopGuardConfig` setting that turns off what it does beyond
+the Pi extension, and its checks. The engine's lists of checks (`STEERS`, `BLOCKS`), the
+report's loop shapes (`SHAPES`) and the Pi preset (`PI_OFF`) are read off it, and a test
+holds each kind to its message, its setting and its documentation.
+
+A block check looks at a call about to run (`Sight`), a steer check at a newly counted
+step (`SteerSight`). Each returns its decision, or `None` when the loop it knows
+is not there; the engine tries them in the table's order, and the first that fires wins.
+A check that fires records on the state (a private copy the engine hands it) what keeps
+it from firing again for the same loop.
 
 Steers, in order:
 
@@ -19,13 +25,16 @@ interleaved repeat with nothing between, and a step going round a cycle is the c
 to judge even before it has gone round often enough to steer.
 
 Blocks, in order: `streak_block` (the streak past its block threshold),
-`cycle_block` (a call going on with a cycle past its block threshold), `backstop` (a
-steered call returned to once too often).
+`cycle_block` (a call going on with a cycle past its block threshold), then `backstop`
+(a steered call returned to once too often, whichever check steered it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final, final
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig, Thresholds
@@ -45,30 +54,44 @@ _STEERED_KEPT = 32  # steered steps remembered per request, for ignored-steering
 Cycle = tuple[tuple[Step, ...], int]
 """A cycle the last steps go round: one lap of steps, and the laps gone round."""
 
-SteerDetector = Callable[
-    [LoopGuardConfig, RequestState, Step, Call, int, Cycle | None, bool], Steer | None
-]
-"""(config, state, the counted step, its call, the tool's steer threshold, the cycle
-the steps go round, whether the step returns to a steered call) -> its steer."""
 
-BlockDetector = Callable[[LoopGuardConfig, RequestState, Call, str, Cycle | None], Block | None]
-"""(config, state, the call, the args fingerprint it is judged by, the cycle the steps
-go round) -> its block."""
+# What a check sees is read-only (`Final`: mypy holds every field to it), not `frozen`: one
+# is made for every call and every step, and a frozen dataclass takes four times the machine
+# instructions to make (12k against 3k, counted by valgrind).
 
 
-def streak(
-    config: LoopGuardConfig,
-    state: RequestState,
-    step: Step,
-    call: Call,
-    warn: int,
-    found: Cycle | None,
-    returning: bool,
-) -> Steer | None:
+@dataclass(slots=True)
+class Sight:
+    """What a check sees: for a block check, a call about to run."""
+
+    config: Final[LoopGuardConfig]
+    state: Final[RequestState]  # a private copy: a check that fires records on it
+    call: Final[Call]
+    args: Final[str]  # the args fingerprint the call is judged by
+    cycle: Final[Cycle | None]  # the cycle the last steps go round
+
+
+@final
+@dataclass(slots=True)
+class SteerSight(Sight):
+    """What a steer check sees: the step its call made, newly counted."""
+
+    step: Final[Step]
+    warn: Final[int]  # the tool's steer threshold
+    returning: Final[bool]  # whether the step returns to a call the model was steered away from
+
+
+SteerCheck = Callable[[SteerSight], Steer | None]
+BlockCheck = Callable[[Sight], Block | None]
+
+
+def streak(sight: SteerSight) -> Steer | None:
     """The same step repeated up to the tool's steer threshold, once per streak."""
+    state, warn = sight.state, sight.warn
     # The plain threshold first: most steps are below it, and need no patience.
-    if state.warned or state.streak < warn or state.streak < warn + patience(config, state):
+    if state.warned or state.streak < warn or state.streak < warn + patience(sight.config, state):
         return None
+    step, call = sight.step, sight.call
     if step.args == UNKNOWN_ARGS:
         text = _messages.unknown_tool_steer_text(step.tool, state.available, state.streak)
         steer = Steer(call=call, message=text, streak=state.streak, reason="unknown_tool")
@@ -76,7 +99,7 @@ def streak(
         text = _messages.same_error_steer_text(step.tool)
         steer = Steer(call=call, message=text, streak=state.streak, reason="same_error")
     else:
-        text = _messages.steer_text(step.tool, state.streak, near=state.near)
+        text = _messages.repeat_steer_text(step.tool, state.streak, near=state.near)
         steer = Steer(call=call, message=text, streak=state.streak)
     seen = state.streak
     if step.args == SAME_ERROR_ARGS:  # its runs: the failing calls, whatever args
@@ -86,17 +109,12 @@ def streak(
     return steer
 
 
-def returned(
-    config: LoopGuardConfig,
-    state: RequestState,
-    step: Step,
-    call: Call,
-    warn: int,
-    found: Cycle | None,
-    returning: bool,
-) -> Steer | None:
+def returned(sight: SteerSight) -> Steer | None:
     """A return to a call the model was steered away from, steered once more."""
-    if not returning or any(e.step == step and e.again for e in state.steered):
+    if not sight.returning:
+        return None
+    state, step = sight.state, sight.step
+    if any(e.step == step and e.again for e in state.steered):
         return None
     if step.args == SAME_ERROR_ARGS:
         text = _messages.same_error_returned_steer_text(step.tool)
@@ -104,21 +122,15 @@ def returned(
     else:
         text, reason = _messages.returned_steer_text(step.tool, state.streak), "returned"
     state.steered = _remember(state.steered, step, state.streak, again=True)
-    return Steer(call=call, message=text, streak=state.streak, reason=reason)
+    return Steer(call=sight.call, message=text, streak=state.streak, reason=reason)
 
 
-def cycle(
-    config: LoopGuardConfig,
-    state: RequestState,
-    step: Step,
-    call: Call,
-    warn: int,
-    found: Cycle | None,
-    returning: bool,
-) -> Steer | None:
+def cycle(sight: SteerSight) -> Steer | None:
     """A cycle gone round its steer threshold of laps, once until it breaks."""
-    if found is None or state.cycle_warned:
+    found = sight.cycle
+    if found is None or sight.state.cycle_warned:
         return None
+    config, state = sight.config, sight.state
     steps, laps = found
     warn_laps, block_laps = cycle_thresholds(config, steps)
     if laps < warn_laps:
@@ -129,25 +141,19 @@ def cycle(
         state.steered = _remember(state.steered, lap_step, 0, again=True, seen=laps, limit=limit)
     state.cycle_warned = True
     text = _messages.cycle_steer_text([s.tool for s in steps], laps)
-    return Steer(call=call, message=text, streak=laps, reason="cycle")
+    return Steer(call=sight.call, message=text, streak=laps, reason="cycle")
 
 
-def interleaved(
-    config: LoopGuardConfig,
-    state: RequestState,
-    step: Step,
-    call: Call,
-    warn: int,
-    found: Cycle | None,
-    returning: bool,
-) -> Steer | None:
+def interleaved(sight: SteerSight) -> Steer | None:
     """The same step among other steps, or in each of the last user turns, once."""
     # Within the request, only when other steps came between the occurrences (a plain
     # run of repeats is the streak's to judge); each of the last user turns that made
     # the same call counts once, whatever came between. Never while a poll in the
     # window shows progress; cycles escalate on their own.
-    if found is not None or not config.detect_interleaved:
+    config = sight.config
+    if sight.cycle is not None or not config.detect_interleaved:
         return None
+    state, step, warn = sight.state, sight.step, sight.warn
     if not state.turns and state.recent.count(step) < warn:  # the common case: no window
         return None
     # A change made again and answered alike changed nothing: the changes made since its
@@ -174,7 +180,7 @@ def interleaved(
     # Level 0: a return does not resume a streak; the backstop bounds it, counting the
     # runs of this request.
     state.steered = _remember(state.steered, step, 0, again=True, seen=count)
-    return Steer(call=call, message=text, streak=max(count, turns), reason="interleaved")
+    return Steer(call=sight.call, message=text, streak=max(count, turns), reason="interleaved")
 
 
 def side_by_side(
@@ -207,14 +213,9 @@ def side_by_side(
     return Steer(call=call, message=text, streak=batches)
 
 
-STEERS: tuple[SteerDetector, ...] = (streak, returned, cycle, interleaved)
-"""The steer detectors, in the order they are tried: the first that fires wins."""
-
-
-def streak_block(
-    config: LoopGuardConfig, state: RequestState, call: Call, args: str, found: Cycle | None
-) -> Block | None:
+def streak_block(sight: Sight) -> Block | None:
     """A call that would repeat the last step once too often (see How the guard decides: block)."""
+    config, state, call, args = sight.config, sight.state, sight.call, sight.args
     last = state.last
     if (
         last is None
@@ -228,33 +229,32 @@ def streak_block(
         return _block(state, call, text, "unknown_tool")
     if args == SAME_ERROR_ARGS:
         return _block(state, call, _messages.same_error_block_text(call.tool), "same_error")
-    text = _messages.block_text(call.tool, state.streak, near=state.near)
+    text = _messages.repeat_block_text(call.tool, state.streak, near=state.near)
     return _block(state, call, text, "repeat")
 
 
-def cycle_block(
-    config: LoopGuardConfig, state: RequestState, call: Call, args: str, found: Cycle | None
-) -> Block | None:
+def cycle_block(sight: Sight) -> Block | None:
     """A call going on with a cycle past its block threshold of laps."""
     # Any call of the lap goes on with the cycle (skipping the blocked one does too); a
     # step outside it breaks the cycle, and the runs with it.
-    if found is None:
+    if sight.cycle is None:
         return None
-    steps, laps = found
-    if laps >= cycle_thresholds(config, steps).block - 1 and any(
+    call, args = sight.call, sight.args
+    steps, laps = sight.cycle
+    if laps >= cycle_thresholds(sight.config, steps).block - 1 and any(
         step.tool == call.tool and step.args == args for step in steps
     ):
         text = _messages.cycle_block_text(call.tool, [step.tool for step in steps], laps)
-        return _block(state, call, text, "cycle", streak=laps)
+        return _block(sight.state, call, text, "cycle", streak=laps)
     return None
 
 
-def backstop(
-    config: LoopGuardConfig, state: RequestState, call: Call, args: str, found: Cycle | None
-) -> Block | None:
+def backstop(sight: Sight) -> Block | None:
     """A call the model was steered away from, returned to once too often."""
+    config = sight.config
     if not config.escalate_ignored:
         return None
+    state, call, args = sight.state, sight.call, sight.args
     for entry in state.steered:
         step = entry.step
         if (
@@ -270,8 +270,59 @@ def backstop(
     return None
 
 
-BLOCKS: tuple[BlockDetector, ...] = (streak_block, cycle_block, backstop)
-"""The block detectors, in the order they are tried: the first that fires wins."""
+@final
+@dataclass(frozen=True, slots=True)
+class Detector:
+    """One kind of loop the guard knows, and what finds it."""
+
+    reason: Reason
+    """The reason its steers and blocks give (`GuardEvent.reason`); its steer's text is
+    `_messages.<reason>_steer_text`."""
+    beyond_pi: str
+    """The `LoopGuardConfig` setting, on by default, that turns off what it does beyond the
+    Pi extension: all of it, but for the streak, the Pi extension's own rule, whose
+    near-repeats it turns off. `""` for the judge, an option of the middleware, off unless
+    given."""
+    steer: SteerCheck | None = None
+    """Its check of a newly counted step, if it has one of its own."""
+    block: BlockCheck | None = None
+    """Its check of a call about to run, if it has one of its own."""
+    scanned: bool = True
+    """Whether the offline scan finds it: a loop shape of the fleet report."""
+
+
+DETECTORS: tuple[Detector, ...] = (
+    # A repeat: also calls repeated beside the counted one (`side_by_side`).
+    Detector("repeat", "fresh_results", streak, streak_block),
+    Detector("returned", "escalate_ignored", returned),
+    Detector("cycle", "detect_cycles", cycle, cycle_block),
+    Detector("interleaved", "detect_interleaved", interleaved),
+    # The checks above find these once a tool's calls are one call whatever the args;
+    # `steer_broken` steers a tool a batch showed broken.
+    Detector("unknown_tool", "detect_unknown_tools"),
+    Detector("same_error", "detect_same_error"),
+    # The engine's own transitions find these: `repeated_text` and `judged`.
+    Detector("repeated_text", "detect_repeated_text"),
+    Detector("judge", "", scanned=False),
+)
+"""The kinds of loop, in the order their checks are tried: the first that fires wins."""
+
+STEERS: tuple[SteerCheck, ...] = tuple(d.steer for d in DETECTORS if d.steer is not None)
+"""The steer checks, in the order they are tried."""
+
+BLOCKS: tuple[BlockCheck, ...] = (
+    *(d.block for d in DETECTORS if d.block is not None),
+    backstop,  # `returned`'s, last: it blocks what any check steered
+)
+"""The block checks, in the order they are tried."""
+
+SHAPES: tuple[Reason, ...] = tuple(d.reason for d in DETECTORS if d.scanned)
+"""The loop shapes the fleet report counts."""
+
+PI_OFF: Mapping[str, bool] = MappingProxyType(
+    {d.beyond_pi: False for d in DETECTORS if d.beyond_pi}
+)
+"""The settings that make `LoopGuardConfig.pi()`: every detector beyond the Pi extension off."""
 
 
 def steer_broken(

@@ -41,12 +41,14 @@ joins an undeclared batch, or starts one once the last is settled (a serial call
 block never resets the streak; enough blocks stop the request, and a stopped request
 runs nothing more.
 
-The detectors live in `_detectors`, in the order they are tried: the steers `streak`,
-`returned`, `cycle`, `interleaved` (and `steer_broken` for the tools a batch showed
-broken), the blocks `streak_block`, `cycle_block`, `backstop`. One decision per step:
-the first to fire wins, the most specific evidence first, so a loop is reported once,
-by the detector that names it best; each detector records what keeps it from firing
-twice for the same loop.
+The detectors live in `_detectors`, one record per kind of loop (`DETECTORS`), their
+checks in the order they are tried: the steers `streak`, `returned`, `cycle`,
+`interleaved` (and `steer_broken` for the tools a batch showed broken), each handed what
+it sees of a counted step (`SteerSight`); the blocks `streak_block`, `cycle_block`,
+`backstop`, each handed what it sees of a call about to run (`Sight`). One decision
+per step: the first to fire wins, the most specific evidence first, so a loop is
+reported once, by the detector that names it best; each detector records what keeps it
+from firing twice for the same loop.
 
 A new request (`start_request`) starts afresh but for two things, kept while
 interleaved repeats are detected: the changes made (edits, writes: a check repeated
@@ -66,7 +68,16 @@ from typing import cast, final
 
 from loop_guard import _messages
 from loop_guard._config import LoopGuardConfig
-from loop_guard._detectors import BLOCKS, STEERS, Cycle, side_by_side, steer_broken, window
+from loop_guard._detectors import (
+    BLOCKS,
+    STEERS,
+    Cycle,
+    Sight,
+    SteerSight,
+    side_by_side,
+    steer_broken,
+    window,
+)
 from loop_guard._messages import CONTEXT, JUDGE, REPLY
 from loop_guard._state import (
     ALLOWED,
@@ -153,6 +164,7 @@ class Engine:
         "_follows_changes",
         "_no_runs",
         "_periods",
+        "_warns",
         "config",
         "hints",
         "memory",
@@ -179,6 +191,8 @@ class Engine:
         # Per tool: whether it changes state, decided on its first successful call (its
         # name's words are parsed once, not on every step); `learn` starts it afresh.
         self._changing: dict[str, bool] = {}
+        # The steer threshold of each tool with a policy (the others have the guard's).
+        self._warns = {tool: config.thresholds(tool).warn for tool in config.tools}
 
     def learn(self, hints: Mapping[str, bool]) -> None:
         """Add what tools say of themselves: whether each changes state (MCP annotations)."""
@@ -684,11 +698,10 @@ class Engine:
     def _block_of(self, state: RequestState, call: Call) -> Block | None:
         """The block for a call about to run: the first of `BLOCKS` that fires; `None`
         lets it run."""
-        config = self.config
         args = self._identity(state, call)
-        found = self._cycle(state)
-        for detector in BLOCKS:
-            block = detector(config, state, call, args, found)
+        sight = Sight(self.config, state, call, args, self._cycle(state))
+        for check in BLOCKS:
+            block = check(sight)
             if block is not None:
                 return block
         return None
@@ -878,12 +891,13 @@ class Engine:
         """The steer a newly counted step calls for, if any: the first of `STEERS` that
         fires; each keeps its own record so it fires once."""
         config = self.config
-        warn = config.thresholds(step.tool).warn
         found = self._cycle(state)
         if state.cycle_warned and found is None:  # the cycle broke: a new one steers again
             state.cycle_warned = False
-        for detector in STEERS:
-            steer = detector(config, state, step, call, warn, found, returning)
+        warn = self._warns.get(step.tool, config.warn_threshold)
+        sight = SteerSight(config, state, call, step.args, found, step, warn, returning)
+        for check in STEERS:
+            steer = check(sight)
             if steer is not None:
                 state.steer = steer
                 return steer

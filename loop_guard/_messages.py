@@ -29,7 +29,7 @@ Examples:
 _NEAR = " (only ids, times or counters in it changed)"
 
 
-def steer_text(tool: str, streak: int, *, near: bool = False) -> str:
+def repeat_steer_text(tool: str, streak: int, *, near: bool = False) -> str:
     """The steer message the model sees once per streak, before its next call; `near`
     for a streak of results equal only once their fresh values are masked."""
     return (
@@ -41,7 +41,7 @@ def steer_text(tool: str, streak: int, *, near: bool = False) -> str:
     )
 
 
-def block_text(tool: str, streak: int, *, near: bool = False) -> str:
+def repeat_block_text(tool: str, streak: int, *, near: bool = False) -> str:
     """The error result the model gets instead of running a blocked call."""
     return (
         f"{_blocked(tool)} You already called it {streak} times in a row with these exact "

@@ -410,7 +410,7 @@ def _from_version_0(data: Mapping[str, Any], keys: Mapping[str, str]) -> dict[st
     steer = data.get("steer")
     if steer is None and data.get("steer_pending") and last is not None:
         streak = int(data["streak"])
-        steer = ["repeat", _messages.steer_text(last["tool"], streak), streak]
+        steer = ["repeat", _messages.repeat_steer_text(last["tool"], streak), streak]
     if steer is not None and last is not None and len(steer) == 3:
         steer = [*steer, last["tool"], last["args"]]  # the steer was about the last step
     snapshot["steer"] = None if last is None else steer

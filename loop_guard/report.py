@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from loop_guard._config import LoopGuardConfig
+from loop_guard._detectors import SHAPES
 from loop_guard._readers import (
     Reading,
     ScanError,
@@ -51,15 +52,6 @@ Outcome = Literal["clean", "steered", "blocked", "stopped"]
 """The furthest the guard would have gone in a thread."""
 
 _OUTCOMES: tuple[Outcome, ...] = ("clean", "steered", "blocked", "stopped")
-_SHAPES = (
-    "repeat",
-    "cycle",
-    "interleaved",
-    "returned",
-    "same_error",
-    "unknown_tool",
-    "repeated_text",
-)
 # Model calls spent in a thread's loops, bucketed: (label, lowest count).
 _LENGTHS = (("1", 1), ("2", 2), ("3-4", 3), ("5-9", 5), ("10-19", 10), ("20-49", 20), ("50+", 50))
 _TOOLS_SHOWN = 10
@@ -166,7 +158,7 @@ class _Tally:
                 "stopped": self.outcomes["stopped"],
                 "clean": self.outcomes["clean"],
             },
-            "shapes": {shape: self.shapes[shape] for shape in _SHAPES},
+            "shapes": {shape: self.shapes[shape] for shape in SHAPES},
             "between_agents": self.between_agents,
             "tools": [
                 {
