@@ -75,10 +75,16 @@ def ends_with_answer(exit_behavior: ExitBehavior) -> bool:
     return exit_behavior == "answer"
 
 
+def raises(exit_behavior: ExitBehavior) -> bool:
+    """Whether a stopped run raises `LoopGuardStop` (`'error'`); a subagent's guard ends
+    its run cleanly instead, and its caller goes on (`loop_guard.deepagents`)."""
+    return exit_behavior == "error"
+
+
 def raise_after_run(exit_behavior: ExitBehavior, stop: Stop | None) -> None:
     """Once the run has ended (its history complete, the thread valid): with `'error'`,
     the stop raised as `LoopGuardStop`."""
-    if exit_behavior == "error" and stop is not None:
+    if raises(exit_behavior) and stop is not None:
         raise LoopGuardStop(stop)
 
 
