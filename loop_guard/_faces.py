@@ -104,7 +104,7 @@ def reply_step(
     reply: AIMessage | None,
     answers: Sequence[ToolMessage] = (),
     *,
-    decide: bool = True,
+    awaiting: Sequence[Call] | None = None,
     settle: bool = True,
     claim: bool = True,
     tools: Collection[str] | None = None,
@@ -113,9 +113,9 @@ def reply_step(
 ) -> ReplyStep:
     """The step every face takes on a model reply and the answers it has so far.
 
-    1. Decide (unless `decide` is false: the reply was decided before, and only the
-       answers of its calls still awaited in the open batch are read): each call's
-       verdict, in the model's order (`verdicts_of`).
+    1. Decide: each call's verdict, in the model's order (`verdicts_of`); unless
+       `awaiting` is given (the open batch's calls still awaited, `Session.awaiting`):
+       the reply was decided before, and only the answers of those calls are read.
     2. Record: the answered calls that proceed and whose result the session awaits
        (another face may have recorded it) are read as results (`results_of`, with
        `tools`; `history`, the messages the reply ends, gives a handoff's result what
@@ -128,7 +128,7 @@ def reply_step(
     outcomes: tuple[CallOutcome, ...] = ()
     answered: list[tuple[Call, ToolMessage]] = []
     if reply is not None and reply.tool_calls:
-        if decide:
+        if awaiting is None:
             outcomes = tuple(
                 CallOutcome(*decided) for decided in verdicts_of(session, reply, answers)
             )
@@ -140,12 +140,12 @@ def reply_step(
                 ):
                     answered.append((outcome.call, outcome.answer))
         else:
-            awaiting = {call.key for call in session.awaiting}
+            keys = {call.key for call in awaiting}
             calls = calls_of(reply)
             answered = [
                 (call, answer)
                 for call, answer in zip(calls, answers_to(calls, answers), strict=True)
-                if answer is not None and call.key in awaiting
+                if answer is not None and call.key in keys
             ]
     batch = None if reply is None or history is None else (history, reply)
     results = results_of(guard, session, answered, tools, batch)

@@ -539,7 +539,7 @@ class Turn(Generic[ResponseT]):
             session,
             message,
             answers,
-            decide=False,
+            awaiting=awaiting,
             settle=bool(awaiting) and message is not None,
             claim=deliver,
             tools=self.tools,

@@ -69,17 +69,17 @@ def test_the_reply_step_decides_records_and_finishes_a_stubborn_model() -> None:
 
 
 def test_a_reply_decided_earlier_has_only_its_awaited_answers_recorded() -> None:
-    """`decide=False`: no verdicts again, and an answer whose call no batch awaits (a call
+    """Given the calls awaited: no verdicts again, and an answer whose call no batch awaits (a call
     the session never saw) is not recorded."""
     guard = LoopGuard(warn_threshold=2)
     session = guard.session("thread-1")
     reply_step(guard, session, reply(0), settle=False, claim=False)
     assert [call.id for call in session.awaiting] == ["call-0"]
-    step = reply_step(guard, session, reply(0), [answer(0)], decide=False)
+    step = reply_step(guard, session, reply(0), [answer(0)], awaiting=session.awaiting)
     assert step.calls == ()
     assert session.awaiting == ()
     assert session.state.counted == 1
-    unseen = reply_step(guard, session, reply(9), [answer(9)], decide=False)
+    unseen = reply_step(guard, session, reply(9), [answer(9)], awaiting=session.awaiting)
     assert unseen.after is None
     assert session.state.counted == 1
     assert not any(call.id == "call-9" for call in session.latest_calls)
