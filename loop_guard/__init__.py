@@ -98,7 +98,7 @@ _ADAPTERS = {
     "LoopGuardNode": "graph",
     "compact_repeats": "_compaction",
     "guard_tools": "tools",
-    "ExitBehavior": "middleware",
+    "ExitBehavior": "_exits",
     "LoopGuardMiddleware": "middleware",
     "LoopGuardState": "_agent_state",
 }

@@ -124,17 +124,6 @@ def config_of(runtime: object) -> RunnableConfig | None:
         return None
 
 
-def checkpointed() -> bool:
-    """Whether the run has a checkpointer (`True` when it cannot be told: no run config
-    in sight, as in async hooks before Python 3.11)."""
-    try:
-        configurable = get_config().get("configurable") or {}
-    except RuntimeError:
-        return True
-    # LangGraph's own key for the run's checkpointer (`CONFIG_KEY_CHECKPOINTER`).
-    return configurable.get("__pregel_checkpointer") is not None
-
-
 def call_of(request: ToolCallRequest) -> Call | None:
     """The call a tool call is, in its reply (`None` when the history does not hold it)."""
     placed = placed_call(request)

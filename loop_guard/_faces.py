@@ -1,7 +1,8 @@
-"""What the LangChain faces do with the guard beyond one transition: send its events to
-the sinks, read a batch's results (reporting those that cannot be read) and share one
-run among identical siblings, and say when a stopped request's final answer failed. The
-codec they use is `_langchain.py`, which knows no guard."""
+"""What the LangChain faces do with the guard beyond one transition: check the guard
+they are given, send its events to the sinks, take the reply step (`reply_step`), read a
+batch's results (reporting those that cannot be read) and share one run among identical
+siblings, and say when a stopped request's final answer failed. The codec they use is
+`_langchain.py`, which knows no guard."""
 
 from __future__ import annotations
 
@@ -10,19 +11,43 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast, final
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 
 from loop_guard import _otel_sink
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._history import handoff_news
-from loop_guard._langchain import answers_to, calls_of, duplicate_of, result_of, tokens_of
+from loop_guard._langchain import (
+    answers_to,
+    as_handoff,
+    calls_of,
+    duplicate_of,
+    result_of,
+    tokens_of,
+)
 from loop_guard._langchain_sink import dispatch_event
 from loop_guard._siblings import original_of, original_output
-from loop_guard._values import Block, Call, Proceed, Result, Stop
+from loop_guard._values import Block, Call, Proceed, Result, Steer, Stop
 
 logger = logging.getLogger("loop_guard")
+
+
+def checked_guard(guard: object, error: type[Exception] = ValueError) -> LoopGuard:
+    """`guard` as a face is given it, checked at run time (callers may be untyped)."""
+    if isinstance(guard, LoopGuard):
+        return guard
+    hint = (
+        " (a LoopGuardMiddleware guards a create_agent agent by itself: pass it as "
+        "middleware=[...] and leave the tools unwrapped)"
+        if type(guard).__name__ == "LoopGuardMiddleware"
+        else ""
+    )
+    msg = f"guard must be a LoopGuard, got {type(guard).__name__}{hint}"
+    raise error(msg)
 
 
 def attach_sinks(guard: LoopGuard) -> None:
@@ -42,6 +67,92 @@ def verdicts_of(
     calls = calls_of(reply)
     verdicts = session.check_batch(calls, tokens_of(reply))
     return zip(calls, verdicts, answers_to(calls, answers), strict=True)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """One call of a reply after the reply step: its verdict and its answer in the
+    history, if it has one yet."""
+
+    call: Call
+    verdict: Proceed | Block | Stop
+    answer: ToolMessage | None
+
+    @property
+    def message(self) -> str | None:
+        """What the model is told in the call's place when it does not run: the block's
+        message, or the stop's."""
+        verdict = self.verdict
+        return verdict.message if isinstance(verdict, Block | Stop) else None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReplyStep:
+    """What a face renders of a reply: each call's outcome, in the model's order (none
+    when the step did not decide the reply), and what comes next (`Session.finish`):
+    the `Stop` that ended the request, else the steer claimed for delivery, else `None`."""
+
+    calls: tuple[CallOutcome, ...]
+    after: Stop | Steer | None
+
+
+def reply_step(
+    guard: LoopGuard,
+    session: Session,
+    reply: AIMessage | None,
+    answers: Sequence[ToolMessage] = (),
+    *,
+    awaiting: Sequence[Call] | None = None,
+    settle: bool = True,
+    claim: bool = True,
+    tools: Collection[str] | None = None,
+    history: Sequence[BaseMessage] | None = None,
+    earlier: Callable[[Call], Iterable[Result]] | None = None,
+) -> ReplyStep:
+    """The step every face takes on a model reply and the answers it has so far.
+
+    1. Decide: each call's verdict, in the model's order (`verdicts_of`); unless
+       `awaiting` is given (the open batch's calls still awaited, `Session.awaiting`):
+       the reply was decided before, and only the answers of those calls are read.
+    2. Record: the answered calls that proceed and whose result the session awaits
+       (another face may have recorded it) are read as results (`results_of`, with
+       `tools`; `history`, the messages the reply ends, gives a handoff's result what
+       its agent said).
+    3. Finish (`Session.finish`, with `settle`, `claim` and `earlier`): the results
+       recorded, the batch closed, and what comes next. With `claim` false, a due
+       steer stays due and `after` is only the stop. A step with nothing to record,
+       settle or claim reads the stop alone.
+    """
+    outcomes: tuple[CallOutcome, ...] = ()
+    answered: list[tuple[Call, ToolMessage]] = []
+    if reply is not None and reply.tool_calls:
+        if awaiting is None:
+            outcomes = tuple(
+                CallOutcome(*decided) for decided in verdicts_of(session, reply, answers)
+            )
+            for outcome in outcomes:
+                if (
+                    outcome.answer is not None
+                    and isinstance(outcome.verdict, Proceed)
+                    and session.awaits_result(outcome.call)
+                ):
+                    answered.append((outcome.call, outcome.answer))
+        else:
+            keys = {call.key for call in awaiting}
+            calls = calls_of(reply)
+            answered = [
+                (call, answer)
+                for call, answer in zip(calls, answers_to(calls, answers), strict=True)
+                if answer is not None and call.key in keys
+            ]
+    batch = None if reply is None or history is None else (history, reply)
+    results = results_of(guard, session, answered, tools, batch)
+    if not (results or settle or claim):
+        return ReplyStep(outcomes, session.stop)
+    after = session.finish(results, settle=settle, claim=claim, earlier=earlier)
+    return ReplyStep(outcomes, after if claim or isinstance(after, Stop) else None)
 
 
 def final_answer_failed(error: BaseException) -> None:
@@ -155,3 +266,33 @@ def _copy(guard: LoopGuard, future: Future[Any], original: Call, call: Call) -> 
     if not finished:
         return None
     return duplicate_of(output, original, call.id, guard.config.normalizers(call.tool))
+
+
+def ran_tool(
+    guard: LoopGuard,
+    handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    request: ToolCallRequest,
+) -> ToolMessage | Command[Any]:
+    """A tool node's run of `request` (`wrap_tool_call`'s `handler`): the tool's output, a
+    handoff's answer naming where it went (`as_handoff`)."""
+    return _handoff_marked(guard, handler(request), request)
+
+
+async def aran_tool(
+    guard: LoopGuard,
+    handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    request: ToolCallRequest,
+) -> ToolMessage | Command[Any]:
+    """Async twin of `ran_tool`."""
+    return _handoff_marked(guard, await handler(request), request)
+
+
+def _handoff_marked(
+    guard: LoopGuard, output: ToolMessage | Command[Any], request: ToolCallRequest
+) -> ToolMessage | Command[Any]:
+    try:
+        metadata = None if request.tool is None else request.tool.metadata
+        return cast("ToolMessage | Command[Any]", as_handoff(output, metadata))
+    except Exception as error:  # a fault of the guard: the tool's output goes through
+        guard.report_fault(None, error)
+        return output

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
+from langchain.chat_models import init_chat_model
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
@@ -158,3 +159,13 @@ async def aask_judge(judge: BaseChatModel, question: list[BaseMessage]) -> tuple
         raise
     except Exception as error:  # a judge that fails never fails the agent
         return None, f"the judge's call failed: {type(error).__name__}: {error}"
+
+
+def judge_model(judge: object) -> BaseChatModel | None:
+    """The judge as given: a chat model, or a name `init_chat_model` knows."""
+    if judge is None or isinstance(judge, BaseChatModel):
+        return judge
+    if isinstance(judge, str):
+        return init_chat_model(judge)
+    msg = f"judge must be a chat model or a model name, got {type(judge).__name__}"
+    raise ValueError(msg)

@@ -1,33 +1,39 @@
 """One model turn of `LoopGuardMiddleware.wrap_model_call`: the model's calls until a reply
 the guard lets through, and what the turn adds to the history.
 
-Theory of operation. A turn is one state machine, `Turn`, whose `Mode` says what comes
-next. It starts `CALLING`: the last batch's results are recorded (a due steer goes before
-the model call) and the model is called. Its reply is decided by the session (`take`):
+Theory of operation. A turn is one state machine, `Turn`, whose mode (`Mode`, a small
+frozen record carrying its data) says what comes next, and which only `take` and
+`next_request` change. It starts `Calling`: the last batch's results are recorded (a due
+steer goes before the model call) and the model is called. Its reply is decided by the
+session (`take`, through the reply step every face takes, `_faces.reply_step`):
 
-- nothing blocked, no stop: the turn is `DONE` (the common case);
-- blocked in full: the blocks join the turn and the model is asked again (`REASKING`),
-  so no other middleware acts on a reply that has nothing left to run; the requests that
-  may block add up to the stop, so the re-asks are bounded (`calls_left`, set once);
-- stopped: the reply's calls are answered and the stop ends the turn (`DONE`), or the
-  model is asked for its final answer first (`FINAL_ANSWER`, `exit_behavior="answer"`);
-  with `exit_behavior="ask"` the tool node asks a person instead;
+- nothing blocked, no stop: the turn is `Done` (the common case);
+- blocked in full: the blocks join the turn and the model is asked again
+  (`Reasking(reasks_left)`), so no other middleware acts on a reply that has nothing left
+  to run; the requests that may block add up to the stop, so the re-asks are bounded
+  (counted down from the blocks left before the stop, read once);
+- stopped: the reply's calls are answered and the stop ends the turn (`Done(ending)`), or
+  the model is asked for its final answer first (`FinalAnswer(question, ending)`, with
+  `exit_behavior="answer"`); with `exit_behavior="ask"` the tool node asks a person
+  instead (`_exits` tells the behaviours apart);
 - a reply that keeps repeating its own text is cut where the repetition began, and the
   session told: a cut reply that calls no tool is asked again.
 
-The session is read from the state once and written back once (`outcome`); its decisions
-are published once each, even when a retry or fallback around the guard runs the model call
-again. Sync and async share the turn: the middleware's two hooks only call the model.
+The session is read from the state once and written back once (`outcome`); the stop is
+read once per reply. Each decision is published once (`_Publishing`, around it), even
+when a retry or fallback around the guard runs the model call again. Sync and async
+share the turn: the middleware's two hooks only call the model.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from enum import Enum, auto
-from typing import Any, Generic, cast
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Generic, TypeAlias, cast, final
 
 from langchain.agents.middleware.types import (
     ExtendedModelResponse,
@@ -41,17 +47,15 @@ from langgraph.types import Command
 
 from loop_guard import _messages
 from loop_guard._agent_state import session_of
+from loop_guard._ask import wants_answer
 from loop_guard._compaction import Compacted, compacted, tokens_kept_out
-from loop_guard._faces import final_answer_failed, results_of, verdicts_of
-from loop_guard._guard import LoopGuard
+from loop_guard._exits import ExitBehavior, FinalAnswer, asks_a_person, ends_with_answer
+from loop_guard._faces import final_answer_failed, reply_step
+from loop_guard._guard import LoopGuard, Session
 from loop_guard._judge import judge_messages, verdict_of
 from loop_guard._langchain import (
-    answer_request,
-    answers_to,
     block_message,
-    calls_of,
     earlier_runs,
-    final_answer,
     last_batch,
     messages_of,
     stop_messages,
@@ -65,24 +69,72 @@ from loop_guard._reply_watch import (
     may_stream,
     repetition_in,
 )
-from loop_guard._values import Block, Proceed, Steer
+from loop_guard._values import Block, Steer, Stop
 
 logger = logging.getLogger("loop_guard")
 
 _NOT_WATCHING: AbstractContextManager[None] = nullcontext()
 
 
-class Mode(Enum):
-    """What a turn does next."""
+@final
+@dataclass(frozen=True, slots=True)
+class Calling:
+    """The model is to be called for the turn's first reply (a due steer before it)."""
 
-    CALLING = auto()
-    """The model is to be called for the turn's reply (a due steer before it)."""
-    REASKING = auto()
-    """The reply was blocked in full, or cut with no call: the model is asked again."""
-    FINAL_ANSWER = auto()
-    """The request stopped: the model is asked for its final answer, with no tools."""
-    DONE = auto()
-    """The turn has its reply, or its end: no more model calls."""
+
+@final
+@dataclass(frozen=True, slots=True)
+class Reasking:
+    """The reply was blocked in full, or cut with no call: the model is asked again, and
+    may be asked `reasks_left` more times after this."""
+
+    reasks_left: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The turn has its reply, or its end: no more model calls. `ending` follows the
+    last reply (a stop's answers and message, or the model's final answer in its place:
+    `answered`)."""
+
+    ending: tuple[BaseMessage, ...] = field(default=())
+    answered: bool = False
+
+
+Mode: TypeAlias = Calling | Reasking | FinalAnswer | Done
+"""What a turn does next (`FinalAnswer`: the request stopped, and the model is asked for
+its final answer, with no tools)."""
+
+_CALLING = Calling()
+_DONE = Done()
+
+
+class _Publishing:
+    """Around each of the turn's decisions: publish what the session decided (once even
+    when a middleware around this one runs the model call again: a retry, a fallback
+    model); a fault of the guard is reported, and the agent goes on unguarded."""
+
+    __slots__ = ("guard", "session")
+
+    def __init__(self, guard: LoopGuard, session: Session) -> None:
+        self.guard = guard
+        self.session = session
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        fault = isinstance(error, Exception)
+        if fault:
+            self.guard.report_fault(self.session.conversation, cast("Exception", error))
+        self.session.publish()
+        return fault
 
 
 class Turn(Generic[ResponseT]):
@@ -90,7 +142,9 @@ class Turn(Generic[ResponseT]):
 
     The guard's hooks only look at the last AI message and what follows it, so once the
     turn has added a reply, the messages it added stand for the whole history (no copy of
-    it per model call).
+    it per model call). After `__init__` only the mode and the model call's own fields
+    (what was sent, where its stream was cut or read) are set; `added` and `replies`
+    grow.
     """
 
     def __init__(
@@ -99,7 +153,7 @@ class Turn(Generic[ResponseT]):
         request: ModelRequest[Any],
         tools: frozenset[str],
         *,
-        exit_behavior: str,
+        exit_behavior: ExitBehavior,
         judge_every: int,
         compact_repeats: bool = False,
     ) -> None:
@@ -108,28 +162,24 @@ class Turn(Generic[ResponseT]):
         self.exit_behavior = exit_behavior
         self.judge_every = judge_every
         self.compact_repeats = compact_repeats
-        self._sent: Compacted | None = None  # the compacted request of the model call
-        self.session = session_of(guard, request.state, request.runtime)
+        self.session = session = session_of(guard, request.state, request.runtime)
         self.history = messages_of(request.state)  # the history before this turn
         # Where earlier runs of a call are found when it recurs (`Engine.record_result`).
         self.earlier = earlier_runs(self.history, guard.config.normalizers)
-        self._start = self.session.state  # the state read: changed when it is not this one
+        self._start = session.state  # the state read: changed when it is not this one
         self.tools = tools  # the names of the tools the request offers: others are missing
-        self.mode = Mode.CALLING
+        self.mode: Mode = _CALLING
         # Each reply blocked in full adds a block, and enough blocks stop the request
         # (`abort_threshold`, or more once a person let it go on): the bound on re-asks.
-        state = self.session.state
-        stops_at = max(guard.config.abort_threshold, state.rearm)
-        self.calls_left = max(stops_at - state.blocks, 0) + 2
+        state = session.state
+        self.reasks = max(max(guard.config.abort_threshold, state.rearm) - state.blocks, 0)
         self.added: list[BaseMessage] = []  # what the turn adds to the history, in order
-        self.response: ModelResponse[ResponseT] | None = None  # the model's last response
-        # What follows the last reply, applied after the result: a stop's answers and its
-        # message (the model's final answer in its place, once given).
-        self.ending: list[BaseMessage] = []
-        self.final_question: HumanMessage | None = None  # what the final answer answers
-        self.final_answered = False
-        # The repetition a streaming reply was cut at (`cut_short`), for `take`; the ids of
-        # the replies whose stream was read to its end and found clean.
+        self.replies: list[ModelResponse[ResponseT]] = []  # the model's responses, in order
+        self._publishing = _Publishing(guard, session)
+        # The model call's own fields: the compacted request sent; the repetition a
+        # streaming reply was cut at (`cut_short`), for `take`; the ids of the replies
+        # whose stream was read to its end and found clean.
+        self._sent: Compacted | None = None
         self._cut: Repetition | None = None
         self._read: set[str] = set()
         config = guard.config
@@ -141,52 +191,23 @@ class Turn(Generic[ResponseT]):
     def next_request(self) -> ModelRequest[Any] | None:
         """The model request to send now (a due steer added), or `None` when done."""
         match self.mode:  # in the order a healthy step meets them: done, then calling
-            case Mode.DONE:
+            case Done():
                 return None
-            case Mode.CALLING:
-                if self._stopped_before():
+            case Calling():
+                stop = self.session.stop
+                if stop is not None:  # stopped before this turn: no more model calls
+                    self.mode = self._stopped_before(stop)
                     return self.next_request()
                 return self._model_request()
-            case Mode.REASKING:
+            case Reasking():
                 return self._model_request()
-            case Mode.FINAL_ANSWER:
-                self.mode = Mode.DONE
-                return self._final_request()
+            case FinalAnswer() as final_answer:
+                return self._final_request(final_answer)
 
     def take(self, response: ModelResponse[ResponseT]) -> None:
-        """Decide the model's reply (see the module's theory of operation)."""
-        if self._sent is not None:
-            self._decide(lambda _: self._count_kept_out(response.result))
-        if self.final_question is not None:
-            self._take_final(self._trimmed(response)[0])
-            return
-        response = self._without_repetition(response)
-        self.response = response
-        self._add(response.result)
-        if self.session.stop is not None and self.ending:
-            return  # the reply's repeated text stopped the request
-        answers = self._decide(self._check_reply)
-        if not answers:  # nothing blocked, no stop: the common case
-            return
-        stop = self.session.stop
-        if stop is not None:
-            if self.exit_behavior == "ask":
-                return  # the tool node answers the calls, and asks about the stopping one
-            self.ending = list(answers)
-            if self.exit_behavior == "answer":
-                self._ask_final_answer()
-            return
-        reply, _ = last_batch(response.result)
-        blocks = sum(isinstance(answer, ToolMessage) for answer in answers)  # one per call
-        if (
-            reply is not None
-            and reply.tool_calls
-            and blocks == len(reply.tool_calls)
-            and response.structured_response is None
-            and self.calls_left > 0  # else the tool node answers them, as after a failure
-        ):
-            self._add(answers)
-            self.mode = Mode.REASKING
+        """Decide the model's reply: the turn's next mode (see the module's theory of
+        operation)."""
+        self.mode = self._next_mode(response)
 
     def ended_by(self, error: Exception) -> bool:
         """Whether a failed model call ends the turn with what it has (then ended).
@@ -203,21 +224,22 @@ class Turn(Generic[ResponseT]):
         """
         if isinstance(error, GraphBubbleUp):
             return False
-        self.mode = Mode.DONE
-        if self.final_question is not None:
-            final_answer_failed(error)
-            return True
-        if self.response is None:
-            return False
-        logger.warning(
-            "loop guard: asking the model again after a block failed (%s: %s); "
-            "the model is asked on the next step",
-            type(error).__name__,
-            error,
-        )
-        last_reply = max(i for i, m in enumerate(self.added) if isinstance(m, AIMessage))
-        del self.added[last_reply + 1 :]
-        return True
+        match self.mode:
+            case FinalAnswer():
+                final_answer_failed(error)  # the turn ends with the guard's message
+                return True
+            case Reasking():
+                logger.warning(
+                    "loop guard: asking the model again after a block failed (%s: %s); "
+                    "the model is asked on the next step",
+                    type(error).__name__,
+                    error,
+                )
+                last = max(i for i, m in enumerate(self.added) if isinstance(m, AIMessage))
+                del self.added[last + 1 :]
+                return True
+            case Calling() | Done():
+                return False
 
     def outcome(self) -> ModelResponse[ResponseT] | ExtendedModelResponse[ResponseT]:
         """The model node's result: the turn's messages and the guard's new snapshot.
@@ -225,20 +247,29 @@ class Turn(Generic[ResponseT]):
         A stop travels in the command, applied after the result: the result still ends
         with the model's last reply.
         """
-        response = self.response
+        ending: tuple[BaseMessage, ...] = ()
+        answered = False
+        match self.mode:
+            case Done(ending=ending, answered=answered):
+                pass
+            case FinalAnswer(ending=ending):
+                pass  # the final answer failed: the guard's message ends the request
+            case Calling() | Reasking():
+                pass  # nothing follows the last reply
+        response = self.replies[-1] if self.replies else None
         update: dict[str, Any] = {"loop_guard": self.session.snapshot()}
         if response is None:  # stopped before this turn: its end is the whole result
-            if not self.ending:  # never reached: the model is called, or the turn ends
+            if not ending:  # never reached: the model is called, or the turn ends
                 msg = "the model was not called"
                 raise RuntimeError(msg)
-            reply = ModelResponse(result=list(self.ending), structured_response=None)
+            reply = ModelResponse(result=list(ending), structured_response=None)
             return ExtendedModelResponse(model_response=reply, command=Command(update=update))
         if self.session.state is self._start and self.added == response.result:
             return response  # the common case: nothing changed, nothing added
         reply = ModelResponse(result=self.added, structured_response=response.structured_response)
-        if self.ending:
-            update["messages"] = self.ending
-        if self.final_answered:
+        if ending:
+            update["messages"] = list(ending)
+        if answered:
             # One more model call for `ModelCallLimitMiddleware`, whose `after_model`
             # counts this turn once; its counts exist from its first count on.
             for count in ("thread_model_call_count", "run_model_call_count"):
@@ -272,7 +303,8 @@ class Turn(Generic[ResponseT]):
         """What the judge is to be asked before this turn's model call, if it is due
         (`Session.judge_due`): the history's recent calls and results, as data. The
         last batch's results are recorded first, its steer left for the model call."""
-        self._decide(lambda messages: self._record_results(messages, deliver=False))
+        with self._publishing:
+            self._record_results(deliver=False)
         try:
             if not self.session.judge_due(self.judge_every):
                 return None  # the common case
@@ -331,58 +363,103 @@ class Turn(Generic[ResponseT]):
 
     # --- the steps of a turn -------------------------------------------------------------
 
+    def _next_mode(self, response: ModelResponse[ResponseT]) -> Mode:
+        """What comes after the model's reply: decided by the session, read once."""
+        if self._sent is not None:
+            with self._publishing:
+                self._count_kept_out(response.result)
+        mode = self.mode
+        if isinstance(mode, FinalAnswer):
+            result = self._trimmed(response)[0].result
+            ending = mode.ended_with(result[-1] if result else None)
+            return Done(mode.ending) if ending is None else Done(ending, answered=True)
+        response, repetition = self._trimmed(response)
+        self.replies.append(response)
+        self.added.extend(response.result)
+        if repetition is not None:
+            reply = cast("AIMessage", response.result[-1])
+            after = None
+            with self._publishing:
+                after = self.session.repeated_text(
+                    reply.id or uuid.uuid4().hex, repetition.repeats, tokens_of(reply)
+                )
+            if isinstance(after, Stop):  # the reply's repeated text stopped the request
+                return self._ending(
+                    after, stop_messages(reply, [False] * len(reply.tool_calls), after)
+                )
+            if not reply.tool_calls:
+                return self._reasked()  # asked again, the steer before it
+        answers: list[AnyMessage] = []
+        stop = None
+        with self._publishing:
+            answers, stop = self._check_reply()
+        if not answers:  # nothing blocked, no stop: the common case
+            return _DONE
+        if stop is not None:
+            if asks_a_person(self.exit_behavior):
+                return _DONE  # the tool node answers the calls, and asks about the stopping one
+            return self._ending(stop, answers)
+        last, _ = last_batch(response.result)
+        blocks = sum(isinstance(answer, ToolMessage) for answer in answers)  # one per call
+        if (
+            last is not None
+            and last.tool_calls
+            and blocks == len(last.tool_calls)
+            and response.structured_response is None
+        ):
+            mode = self._reasked()
+            if isinstance(mode, Reasking):  # else the tool node answers them, as after a failure
+                self.added.extend(answers)
+            return mode
+        return _DONE
+
+    def _reasked(self) -> Reasking | Done:
+        """The model asked again, while the re-asks last; else the turn done."""
+        match self.mode:
+            case Calling():
+                return Reasking(self.reasks)
+            case Reasking(reasks_left=left) if left > 0:
+                return Reasking(left - 1)
+        return _DONE
+
+    def _ending(self, stop: Stop, ending: Sequence[BaseMessage]) -> FinalAnswer | Done:
+        """A stopped request's end after the last reply: its messages, or the model's
+        final answer in place of the guard's (`exit_behavior="answer"`)."""
+        if ends_with_answer(self.exit_behavior):
+            return FinalAnswer.of(stop, ending)
+        return Done(tuple(ending))
+
+    def _stopped_before(self, stop: Stop) -> FinalAnswer | Done:
+        """The end of a request stopped before this turn (a person, asked, chose to stop):
+        the model is not called again, and the turn ends the request, with the model's
+        own answer when the person asked for it."""
+        ending = (AIMessage(content=stop.message, name=_messages.GUARD_NAME),)
+        if wants_answer(last_batch(self.history)[1]):
+            return FinalAnswer.of(stop, ending)
+        return Done(ending)
+
     def _model_request(self) -> ModelRequest[Any]:
         """The model's request (a due steer added); the reply decides what comes next."""
-        self.mode = Mode.DONE
-        self.calls_left -= 1
-        steer = self._decide(self._record_results)
+        steer = None
+        with self._publishing:
+            steer = self._record_results()
         if steer:
-            self._add(steer)
+            self.added.extend(steer)
         if not self.added:
             return self.request
         messages = [*self.request.messages, *self.added]
         return self.request.override(messages=cast("list[AnyMessage]", messages))
 
-    def _stopped_before(self) -> bool:
-        """Whether the request stopped before this turn (a person, asked, chose to stop):
-        the model is not called again, and the turn ends the request, with the model's
-        own answer when the person asked for it."""
-        stop = self.session.stop
-        if stop is None:
-            return False
-        self.mode = Mode.DONE
-        self.ending = [AIMessage(content=stop.message, name=_messages.GUARD_NAME)]
-        _, answers = last_batch(self.history)
-        if any(answer.response_metadata.get("loop_guard_end") == "answer" for answer in answers):
-            self._ask_final_answer()
-        return True
-
-    def _ask_final_answer(self) -> None:
-        stop = self.session.stop
-        if stop is not None:
-            self.final_question = answer_request(stop)
-            self.mode = Mode.FINAL_ANSWER
-
-    def _final_request(self) -> ModelRequest[Any] | None:
+    def _final_request(self, final_answer: FinalAnswer) -> ModelRequest[Any]:
         """The request for the model's final answer: the history so far with the stop's
         answers and what the model is told, no tools, plain text."""
-        if self.final_question is None:
-            return None
-        messages = [*self.request.messages, *self.added, *self.ending[:-1], self.final_question]
+        messages = final_answer.prompt([*self.request.messages, *self.added])
         return self.request.override(
             messages=cast("list[AnyMessage]", messages),
             tools=[],
             tool_choice=None,
             response_format=None,
         )
-
-    def _take_final(self, response: ModelResponse[ResponseT]) -> None:
-        """End the turn with the model's final answer in place of the guard's message,
-        unless the reply calls a tool or says nothing."""
-        answer = final_answer(response.result[-1] if response.result else None)
-        if answer is not None and self.final_question is not None:
-            self.ending = [*self.ending[:-1], self.final_question, answer]
-            self.final_answered = True
 
     def _trimmed(
         self, response: ModelResponse[ResponseT]
@@ -408,106 +485,67 @@ class Turn(Generic[ResponseT]):
         cut = ModelResponse(result=result, structured_response=response.structured_response)
         return cut, repetition
 
-    def _without_repetition(self, response: ModelResponse[ResponseT]) -> ModelResponse[ResponseT]:
-        """`response` with its reply cut where it began repeating its own text, if it
-        did; the guard told (a steer, a block, or the stop, which ends the turn), and a
-        cut reply that calls no tool asked again."""
-        response, repetition = self._trimmed(response)
-        if repetition is None:
-            return response
-        reply = cast("AIMessage", response.result[-1])
-        session = self.session
-        try:
-            session.repeated_text(
-                reply.id or uuid.uuid4().hex, repetition.repeats, tokens_of(reply)
-            )
-            session.publish()
-        except Exception as error:  # a fault of the guard: the cut reply goes on
-            self.guard.report_fault(session.conversation, error)
-        stop = session.stop
-        if stop is not None:
-            self.ending = list(stop_messages(reply, [False] * len(reply.tool_calls), stop))
-            if self.exit_behavior == "answer":
-                self._ask_final_answer()
-        elif not reply.tool_calls and self.calls_left > 0:
-            self.mode = Mode.REASKING  # asked again, the steer before it
-        return response
-
-    def _check_reply(self, messages: Sequence[BaseMessage]) -> list[AnyMessage] | None:
-        """Decide the last reply's calls; the blocks and the stop, as messages.
+    def _check_reply(self) -> tuple[list[AnyMessage], Stop | None]:
+        """Decide the last reply's calls (the reply step); the blocks and the stop, as
+        messages, and the stop.
 
         A call the reply answers itself (structured output: the agent answers an invalid
         one with its own retry message) never reaches a tool. It counts like any call,
         its answer being its result, so a model stuck on it is steered and stopped; but
         it gets no second answer from the guard.
         """
-        message, given = last_batch(messages)
+        message, given = last_batch(self.added)
         if message is None or not message.tool_calls:
-            return None
-        session = self.session
-        answers: list[AnyMessage] = []
-        answered = []
-        self_answered = []  # the calls the reply answered itself, with their answers
-        for call, verdict, answer in verdicts_of(session, message, given):
-            if answer is not None and isinstance(verdict, Proceed):
-                self_answered.append((call, answer))
-            elif answer is None and isinstance(verdict, Block):
-                answers.append(block_message(call.id, call.tool, verdict.message))
-            answered.append(answer is not None or isinstance(verdict, Block))
-        for call, result in results_of(self.guard, session, self_answered, self.tools):
-            session.record_result(call, result, self.earlier)
-        stop = session.stop
+            return [], None
+        step = reply_step(
+            self.guard,
+            self.session,
+            message,
+            given,
+            settle=False,
+            claim=False,
+            tools=self.tools,
+            earlier=self.earlier,
+        )
+        answers: list[AnyMessage] = [
+            block_message(outcome.call.id, outcome.call.tool, outcome.verdict.message)
+            for outcome in step.calls
+            if outcome.answer is None and isinstance(outcome.verdict, Block)
+        ]
+        stop = step.after if isinstance(step.after, Stop) else None
         if stop is not None:
+            answered = [
+                outcome.answer is not None or isinstance(outcome.verdict, Block)
+                for outcome in step.calls
+            ]
             answers.extend(stop_messages(message, answered, stop))  # ends with the stop
-        return answers
+        return answers, stop
 
-    def _record_results(
-        self, messages: Sequence[BaseMessage], *, deliver: bool = True
-    ) -> list[AnyMessage] | None:
-        """Record the last batch's results; a due steer as a message (also one due from
-        calls the reply answered itself, recorded when it was decided), unless `deliver`
-        is false (the steer stays due)."""
+    def _record_results(self, *, deliver: bool = True) -> list[AnyMessage] | None:
+        """Record the last batch's results (the reply step, on a reply decided before); a
+        due steer as a message (also one due from calls the reply answered itself,
+        recorded when it was decided), unless `deliver` is false (the steer stays due)."""
+        # Once the turn has a reply, its messages stand for the history (see the class).
+        messages = self.added if self.replies else self.history
         session = self.session
-        awaiting = {call.key for call in session.awaiting}
+        awaiting = session.awaiting
         message, answers = last_batch(messages)
         if (not awaiting or message is None) and not session.steer_pending:
             return None
-        answered = []
-        if awaiting and message is not None:
-            # Read from the AI message, not the snapshot: the snapshot keeps no args.
-            calls = calls_of(message)
-            for call, answer in zip(calls, answers_to(calls, answers), strict=True):
-                if answer is not None and call.key in awaiting:
-                    answered.append((call, answer))
-        batch = None if message is None else (messages, message)
-        results = results_of(self.guard, session, answered, self.tools, batch)
         # Settled only where the batch's response is in sight; a stop is the reply's to
         # tell (`_check_reply`).
-        after = session.finish(
-            results,
+        step = reply_step(
+            self.guard,
+            session,
+            message,
+            answers,
+            awaiting=awaiting,
             settle=bool(awaiting) and message is not None,
             claim=deliver,
+            tools=self.tools,
+            history=messages,
             earlier=self.earlier,
         )
-        if not isinstance(after, Steer) or not deliver:
+        if not isinstance(step.after, Steer):
             return []
-        return [HumanMessage(content=after.message, name=_messages.GUARD_NAME)]
-
-    def _decide(
-        self, decide: Callable[[Sequence[BaseMessage]], list[AnyMessage] | None]
-    ) -> list[AnyMessage] | None:
-        """Run one of the turn's decisions on its messages; publish what the session
-        decided, once even when a middleware around this one runs the model call again
-        (a retry, a fallback model)."""
-        # Once the turn has a reply, its messages stand for the history (see the class).
-        messages = self.added if self.response is not None else self.history
-        try:
-            decided = decide(messages)
-        except Exception as error:  # a fault of the guard: the agent goes on unguarded
-            self.guard.report_fault(self.session.conversation, error)
-            decided = None
-        self.session.publish()
-        return decided
-
-    def _add(self, messages: Sequence[BaseMessage]) -> None:
-        self.added.extend(messages)
+        return [HumanMessage(content=step.after.message, name=_messages.GUARD_NAME)]

@@ -16,7 +16,7 @@ from langgraph.types import Command
 from typing_extensions import override
 
 from loop_guard._conversation import ConversationKey, RunTree, session_for
-from loop_guard._faces import attach_sinks
+from loop_guard._faces import attach_sinks, checked_guard
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     HANDOFF_KEY,
@@ -109,10 +109,7 @@ class LoopGuardCallbackHandler(RunTree, BaseCallbackHandler):
 
     def __init__(self, guard: LoopGuard, *, messages_key: str = "messages") -> None:
         """Watch runs on behalf of `guard`."""
-        given: object = guard  # checked at run time: callers may be untyped
-        if not isinstance(given, LoopGuard):
-            msg = f"guard must be a LoopGuard, got {type(given).__name__}"
-            raise ValueError(msg)
+        guard = checked_guard(guard)
         if not isinstance(messages_key, str) or not messages_key:
             msg = f"messages_key must be a state key, got {messages_key!r}"
             raise ValueError(msg)

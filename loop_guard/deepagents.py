@@ -23,6 +23,7 @@ from langchain.agents.middleware.types import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 
+from loop_guard._exits import raises
 from loop_guard.middleware import LoopGuardMiddleware
 
 __all__ = ["create_guarded_deep_agent"]
@@ -113,7 +114,7 @@ def _for_subagents(guard: LoopGuardMiddleware[Any, Any]) -> LoopGuardMiddleware[
     One instance serves any number of agents (its state lives in each agent's state);
     a second is made only when the main agent's raises on a stop.
     """
-    if guard.exit_behavior != "error":
+    if not raises(guard.exit_behavior):
         return guard
     return LoopGuardMiddleware(guard.guard.config, on_event=guard.guard.on_event)
 

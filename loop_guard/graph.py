@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
@@ -16,22 +16,21 @@ from typing_extensions import assert_never
 
 from loop_guard import _messages
 from loop_guard._conversation import conversation_for, follow_history, session_for
-from loop_guard._faces import attach_sinks, final_answer_failed, results_of, verdicts_of
+from loop_guard._exits import FinalAnswer
+from loop_guard._faces import attach_sinks, checked_guard, final_answer_failed, reply_step
 from loop_guard._guard import LoopGuard
 from loop_guard._langchain import (
     BLOCK_MARK,
     HANDOFF_KEY,
     STATE_KEY,
-    answer_request,
     block_message,
     earlier_runs,
-    final_answer,
     is_marked,
     last_batch,
     messages_of,
     stop_messages,
 )
-from loop_guard._values import Block, Call, Proceed, Steer, Stop
+from loop_guard._values import Block, Call, Steer, Stop
 
 
 class LoopGuardNode:
@@ -96,10 +95,7 @@ class LoopGuardNode:
         model: Runnable[LanguageModelInput, BaseMessage] | None = None,
     ) -> None:
         """Create the node; see the class docstring."""
-        given: object = guard  # checked at run time: callers may be untyped
-        if not isinstance(given, LoopGuard):
-            msg = f"guard must be a LoopGuard, got {type(given).__name__}"
-            raise ValueError(msg)
+        guard = checked_guard(guard)
         if not isinstance(next_node, str) or not next_node:
             msg = f"next_node must be a node name, got {next_node!r}"
             raise ValueError(msg)
@@ -171,35 +167,31 @@ class LoopGuardNode:
             # that ran them: a process taking the thread over reads them, publishing nothing.
             # (A handoff's they leave to this node, which reads what its agent said.)
             follow_history(self.guard, session, messages)
-        corrections: list[AnyMessage] = []
-        unrecorded: list[tuple[Call, ToolMessage]] = []  # answers no wrapper recorded
+        session.serve_by_node()  # the steers of this conversation are ours
         # Verdicts already given (by wrapped tools) come back unchanged; calls no wrapper
         # saw - an unknown tool, an unwrapped tool - are judged now, after the fact: a
-        # blocked one keeps its place but its result is withheld.
-        decided = (
-            list(verdicts_of(session, ai_message, answers))
-            if ai_message is not None and ai_message.tool_calls
-            else []
+        # blocked one keeps its place but its result is withheld. Answers no wrapper
+        # recorded are recorded here.
+        step = reply_step(
+            self.guard,
+            session,
+            ai_message,
+            answers,
+            settle=ai_message is not None and bool(ai_message.tool_calls),
+            tools=self.guard.tool_names,
+            history=messages,
+            earlier=earlier_runs(messages, self.guard.config.normalizers),
         )
-        for call, verdict, answer in decided:
-            if answer is None:
-                continue
-            match verdict:
-                case Proceed():
-                    if session.awaits_result(call):  # else a wrapper recorded it
-                        unrecorded.append((call, answer))
-                case Block() | Stop():
-                    if not is_marked(answer, BLOCK_MARK):  # same id: the reducer replaces it
-                        corrections.append(self._withheld(call, verdict, answer.id))
-                case _:
-                    assert_never(verdict)
-        session.serve_by_node()  # the steers of this conversation are ours
-        batch = None if ai_message is None else (messages, ai_message)
-        results = results_of(self.guard, session, unrecorded, self.guard.tool_names, batch)
-        earlier = earlier_runs(messages, self.guard.config.normalizers)
-        match session.finish(results, settle=bool(decided), earlier=earlier):
+        corrections: list[AnyMessage] = [
+            self._withheld(outcome.call, outcome.verdict, outcome.answer.id)
+            for outcome in step.calls
+            if isinstance(outcome.verdict, Block | Stop)
+            and outcome.answer is not None
+            and not is_marked(outcome.answer, BLOCK_MARK)  # same id: the reducer replaces it
+        ]
+        match step.after:
             case Stop() as stop:
-                answered = [answer is not None for _, _, answer in decided]
+                answered = [outcome.answer is not None for outcome in step.calls]
                 ending = [*corrections, *stop_messages(ai_message, answered, stop)]
                 if self.model is not None:
                     ending = self._answered(self.model, messages, ending, stop, config)
@@ -223,26 +215,18 @@ class LoopGuardNode:
         config: RunnableConfig,
     ) -> list[AnyMessage]:
         """The stop's messages with `model`'s final answer in place of the guard's
-        message, when it gives one (see `LoopGuardNode`'s `model`)."""
-        request = answer_request(stop)
-        *before, _ = ending
-        # What the model sees: the history with the withheld results in place (they
-        # replace answers by id), then the unanswered calls' answers.
-        present = {message.id for message in messages if message.id}
-        corrected: dict[str | None, BaseMessage] = {
-            message.id: message for message in before if message.id in present
-        }
-        history = [corrected.get(message.id, message) for message in messages]
-        added = [message for message in before if message.id not in present]
+        message, when it gives one (see `LoopGuardNode`'s `model`). The model sees the
+        history with the withheld results in place, then the unanswered calls' answers."""
+        final_answer = FinalAnswer.of(stop, ending)
         try:
-            reply = model.invoke([*history, *added, request], config)
+            reply = model.invoke(final_answer.prompt(messages), config)
         except GraphBubbleUp:
             raise
         except Exception as error:  # the model's fault, not the user's: end as without it
             final_answer_failed(error)
             return ending
-        answer = final_answer(reply)
-        return ending if answer is None else [*before, request, answer]
+        answered = final_answer.ended_with(reply)
+        return ending if answered is None else cast("list[AnyMessage]", list(answered))
 
 
 _BRANCH = "branch:to:"

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import logging
 import uuid
-import warnings
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -16,80 +13,39 @@ from langchain.agents.middleware.types import (
     ModelResponse,
     ResponseT,
 )
-from langchain.chat_models import init_chat_model
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, RemoveMessage, ToolCall, ToolMessage
-from langchain_core.tools import BaseTool
+from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
-from langgraph.types import Command, interrupt
+from langgraph.types import Command
 from langgraph.typing import ContextT
 from typing_extensions import Unpack, override
 
-from loop_guard import _messages
+from loop_guard import _exits
 from loop_guard._agent_state import (
     LoopGuardState,
     call_of,
-    checkpointed,
     conversation_of,
     placed_call,
     session_of,
-    with_snapshot,
 )
+from loop_guard._ask import asked_about, left_unanswered
 from loop_guard._config import LoopGuardConfig, LoopGuardOptions
 from loop_guard._conversation import take_over
 from loop_guard._events import GuardEvent
-from loop_guard._faces import ashared_run, attach_sinks, shared_run
-from loop_guard._guard import LoopGuard, Session
+from loop_guard._exits import ExitBehavior
+from loop_guard._faces import aran_tool, ashared_run, attach_sinks, ran_tool, shared_run
+from loop_guard._guard import LoopGuard
 from loop_guard._history import current_request, question_of, worked_on
-from loop_guard._judge import aask_judge, ask_judge
-from loop_guard._langchain import (
-    PersonDecision,
-    answers_to,
-    as_handoff,
-    ask_request,
-    block_message,
-    calls_of,
-    decision_of,
-    last_batch,
-    messages_of,
-    repeated_result,
-    stop_messages,
-    tool_names,
-)
+from loop_guard._judge import aask_judge, ask_judge, judge_model
+from loop_guard._langchain import block_message, messages_of, tool_names
 from loop_guard._reply_watch import RepeatedTextCut
 from loop_guard._turn import Turn
-from loop_guard._values import Block, Call, LoopGuardStop, Stop
+from loop_guard._values import Block, Call, Stop
+
+__all__ = ["ExitBehavior", "LoopGuardMiddleware"]
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
-
-logger = logging.getLogger("loop_guard")
-
-ExitBehavior = Literal["end", "answer", "error", "ask"]
-"""How the request ends when the guard stops it.
-
-- `'end'`: End the run cleanly (default): every pending tool call gets a `ToolMessage`
-    and a final `AIMessage` (`name="loop_guard"`) tells the user why.
-- `'answer'`: End it with the model's own answer: the pending calls are answered as
-    with `'end'`, then the model is called once more with no tools, told why the
-    request was stopped and asked to answer from what it already has. Its reply ends
-    the run, named `loop_guard`; it and the request for it are marked
-    `response_metadata["loop_guard"] == FINAL_ANSWER_MARK`. When that call fails, or
-    the reply calls a tool or says nothing, the run ends as with `'end'`.
-- `'error'`: Raise `LoopGuardStop` from the agent's `invoke`/`stream`.
-- `'ask'`: Ask a person instead: the run pauses with LangGraph's `interrupt()` in the
-    tool node, before the call that would have stopped it, with a
-    `HumanInTheLoopMiddleware`-shaped request (`_langchain.ask_request`). Resume with
-    `Command(resume=...)`: each decision does what `HumanInTheLoopMiddleware` does with
-    it. Approve (or `"allow"`) runs the call once more; edit (or `"raise"`) runs the
-    edited call and keeps going with the guard's limits raised for this request; respond
-    answers the call with the person's text and keeps going likewise; reject (or
-    `"stop"`) ends the request as `'end'` does, and with a message, which answers the
-    call, as `'answer'` does; `"answer"` as `'answer'` does. The
-    request may stop, and ask, again only after as many more blocks as
-    `abort_threshold`, doubled with each answer. Needs a checkpointer.
-"""
-_EXIT_BEHAVIORS: tuple[ExitBehavior, ...] = ("end", "answer", "error", "ask")
 
 
 class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, ResponseT]):
@@ -188,9 +144,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             ValueError: If an explicit argument is invalid.
         """
         super().__init__()
-        if exit_behavior not in _EXIT_BEHAVIORS:
-            msg = f"Invalid exit_behavior: {exit_behavior!r}. Must be one of {_EXIT_BEHAVIORS}"
-            raise ValueError(msg)
+        self.exit_behavior = _exits.checked(exit_behavior)
         every: object = judge_every  # checked at run time: callers may be untyped
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             msg = f"judge_every must be an integer >= 1, got {every!r}"
@@ -198,11 +152,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         self.guard = LoopGuard(config, on_event=on_event, **options)
         if judge is not None:
             self.guard.serve_judge()
-        self.judge = _judge_model(judge)
+        self.judge = judge_model(judge)
         self.judge_every = judge_every
         self.compact_repeats = compact_repeats
         attach_sinks(self.guard)
-        self.exit_behavior = exit_behavior
         # The last list of tools a model request offered, and their names.
         self._tools_offered: tuple[Sequence[object], frozenset[str]] = ((), frozenset())
 
@@ -220,16 +173,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
 
         See How the guard decides: reset and scope, and beyond the Pi extension.
         """
-        if self.exit_behavior == "ask" and not checkpointed():
-            msg = (
-                'LoopGuardMiddleware(exit_behavior="ask") needs a checkpointer: a paused '
-                "run is resumed from its checkpoint. Compile the agent with one "
-                "(create_agent(..., checkpointer=InMemorySaver())), or serve it with "
-                "LangGraph's server, which brings its own"
-            )
-            raise ValueError(msg)
+        _exits.check_checkpointer(self.exit_behavior)
         session = session_of(self.guard, state, runtime)
-        left = _left_unanswered(state, session.stop) if self.exit_behavior == "ask" else None
+        left = left_unanswered(self.exit_behavior, state, session.stop)
         messages = messages_of(state)
         if left is None and worked_on(messages):
             take_over(self.guard, session, messages)
@@ -325,10 +271,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """
         session = session_of(self.guard, state, runtime)
         session.end_request()
-        if self.exit_behavior == "error":
-            stop = session.stop
-            if stop is not None:
-                raise LoopGuardStop(stop)
+        _exits.raise_after_run(self.exit_behavior, session.stop)
         return None
 
     @override
@@ -340,25 +283,27 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         """Answer a blocked call without running it; with `dedupe_siblings`, identical
         calls of one response run once. With `exit_behavior="ask"`, a person decides on
         the call that stopped the request."""
-        asked = self._asked(request)
+        asked = asked_about(self.guard, self.exit_behavior, request)
         if asked is not None:
-            decided = self._ask(request, *asked)
-            if isinstance(decided, ToolMessage):  # answered in the tool's place, or stopped
-                return decided if asked[0].stop is not None else with_snapshot(decided, asked[0])
-            return with_snapshot(
-                _edited(_ran(self.guard, handler, decided), request, decided), asked[0]
-            )
+            decided = asked.decide(request)
+            if not isinstance(decided, ToolCallRequest):  # answered, or stopped
+                return decided
+            return asked.ran(ran_tool(self.guard, handler, decided), request, decided)
         answer = self._blocked_answer(request)
         if answer is not None:
             return answer
         shared = self._sharing(request)
         if shared is None:
-            return _ran(self.guard, handler, request)
+            return ran_tool(self.guard, handler, request)
         conversation, call, siblings = shared
         return cast(
             "ToolMessage | Command[Any]",
             shared_run(
-                self.guard, conversation, call, siblings, lambda: _ran(self.guard, handler, request)
+                self.guard,
+                conversation,
+                call,
+                siblings,
+                lambda: ran_tool(self.guard, handler, request),
             ),
         )
 
@@ -369,20 +314,18 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         """Async twin of `wrap_tool_call`."""
-        asked = self._asked(request)
+        asked = asked_about(self.guard, self.exit_behavior, request)
         if asked is not None:
-            decided = self._ask(request, *asked)
-            if isinstance(decided, ToolMessage):  # answered in the tool's place, or stopped
-                return decided if asked[0].stop is not None else with_snapshot(decided, asked[0])
-            return with_snapshot(
-                _edited(await _aran(self.guard, handler, decided), request, decided), asked[0]
-            )
+            decided = asked.decide(request)
+            if not isinstance(decided, ToolCallRequest):  # answered, or stopped
+                return decided
+            return asked.ran(await aran_tool(self.guard, handler, decided), request, decided)
         answer = self._blocked_answer(request)
         if answer is not None:
             return answer
         shared = self._sharing(request)
         if shared is None:
-            return await _aran(self.guard, handler, request)
+            return await aran_tool(self.guard, handler, request)
         conversation, call, siblings = shared
         return cast(
             "ToolMessage | Command[Any]",
@@ -391,7 +334,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
                 conversation,
                 call,
                 siblings,
-                lambda: _aran(self.guard, handler, request),
+                lambda: aran_tool(self.guard, handler, request),
             ),
         )
 
@@ -442,67 +385,6 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
             self.guard.report_fault(None, error)
             return None
 
-    def _asked(self, request: ToolCallRequest) -> tuple[Session, Call] | None:
-        """The session and the call when a person is to decide on this call: the guard
-        asks (`exit_behavior="ask"`), and the call is the one that stopped the request."""
-        if self.exit_behavior != "ask":
-            return None
-        try:
-            session = session_of(self.guard, request.state, request.runtime)
-            if session.stop is None:
-                return None  # the common case: the request goes on
-            call = call_of(request)
-            return None if call is None or session.asked_about != call.key else (session, call)
-        except Exception as error:  # a fault of the guard: the call is judged as usual
-            self.guard.report_fault(None, error)
-            return None
-
-    def _ask(
-        self, request: ToolCallRequest, session: Session, call: Call
-    ) -> ToolCallRequest | ToolMessage:
-        """Ask a person about the call that stopped the request, and do what they decided
-        as `HumanInTheLoopMiddleware` does: the request to run (the call, or the call they
-        edited: the session then lets the request go on), else the call's answer (their
-        answer in the tool's place, or the stop: a rejection's reason goes to the model,
-        which answers from what it has).
-
-        The run pauses here, in the tool node, where the reply that stopped it is already
-        checkpointed: resuming runs this node again, and nothing before the question
-        but the block messages of the reply's other calls, which run nothing.
-        """
-        stop = session.stop
-        if stop is None:
-            return request
-        question = ask_request(stop, call, repeated_result(messages_of(request.state), call.tool))
-        session.end_request()  # a paused thread holds nothing in memory
-        answer = interrupt(question)
-        decision = decision_of(answer)
-        if decision is None:
-            # Said where a developer sees it with no logging set up: a typo must not look
-            # like a person's decision to stop.
-            text = (
-                f"loop guard: the answer {answer!r} is none of the accepted ones, so the "
-                "request stops. Accepted: a HumanInTheLoopMiddleware response "
-                '({"decisions": [{"type": "approve" | "edit" | "respond" | "reject"}]}), '
-                'one such decision, or "allow", "raise", "stop" or "answer"'
-            )
-            warnings.warn(text, UserWarning, stacklevel=2)
-            logger.warning(text)
-            decision = PersonDecision("stop")
-        if decision.choice in ("allow", "raise"):
-            session.resume(call, afresh=decision.choice == "raise")
-            session.publish()
-            if decision.responded and decision.message is not None:
-                return ToolMessage(decision.message, tool_call_id=call.id, name=call.tool)
-            return request if decision.edited is None else _edit(request, *decision.edited)
-        text = stop.message
-        if decision.message is not None:
-            text = _messages.rejected_text(call.tool, decision.message)
-        answer = block_message(call.id, call.tool, text)
-        if decision.choice == "answer" or decision.message is not None:
-            answer.response_metadata["loop_guard_end"] = "answer"
-        return answer
-
     def will_run(self, request: ToolCallRequest) -> bool:
         """Whether the guard lets this tool call run: `False` for a call it blocked, and
         for the call it asks a person about itself (`exit_behavior="ask"`).
@@ -551,94 +433,3 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState[ResponseT], ContextT, R
         except Exception as error:  # a fault of the guard: the call runs unguarded
             self.guard.report_fault(None, error)
             return None
-
-
-def _ran(
-    guard: LoopGuard,
-    handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
-    request: ToolCallRequest,
-) -> ToolMessage | Command[Any]:
-    """The tool's output, a handoff's answer naming where it went (`as_handoff`)."""
-    return _marked_handoff(guard, handler(request), request)
-
-
-async def _aran(
-    guard: LoopGuard,
-    handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
-    request: ToolCallRequest,
-) -> ToolMessage | Command[Any]:
-    """Async twin of `_ran`."""
-    return _marked_handoff(guard, await handler(request), request)
-
-
-def _marked_handoff(
-    guard: LoopGuard, output: ToolMessage | Command[Any], request: ToolCallRequest
-) -> ToolMessage | Command[Any]:
-    try:
-        metadata = None if request.tool is None else request.tool.metadata
-        return cast("ToolMessage | Command[Any]", as_handoff(output, metadata))
-    except Exception as error:  # a fault of the guard: the tool's output goes through
-        guard.report_fault(None, error)
-        return output
-
-
-def _judge_model(judge: object) -> BaseChatModel | None:
-    """The judge as given: a chat model, or a name `init_chat_model` knows."""
-    if judge is None or isinstance(judge, BaseChatModel):
-        return judge
-    if isinstance(judge, str):
-        return init_chat_model(judge)
-    msg = f"judge must be a chat model or a model name, got {type(judge).__name__}"
-    raise ValueError(msg)
-
-
-def _left_unanswered(state: LoopGuardState[Any], stop: Stop | None) -> list[BaseMessage] | None:
-    """When a new request follows a question never answered (the person wrote again
-    instead), the stopping reply's calls answered "not run" before the new message, so
-    that the history stays valid: the messages that do it, else `None`."""
-    messages = messages_of(state)
-    newest = messages[-1] if messages else None
-    if stop is None or newest is None or newest.id is None:
-        return None
-    reply, answers = last_batch(messages[:-1])
-    if reply is None or not reply.tool_calls:
-        return None
-    answered = [answer is not None for answer in answers_to(calls_of(reply), answers)]
-    if all(answered):
-        return None
-    pending = stop_messages(reply, answered, stop)[:-1]  # without the stop's own message
-    # Removed, then added again after the answers under a new id: the reducer would put a
-    # message added under its own id back in its place.
-    moved = newest.model_copy(update={"id": uuid.uuid4().hex})
-    return [RemoveMessage(id=newest.id), *pending, moved]
-
-
-def _edit(
-    request: ToolCallRequest, tool: str, args: dict[str, Any]
-) -> ToolCallRequest | ToolMessage:
-    """The request of the call a person edited: its arguments, and its tool when they named
-    another one the agent has (as `HumanInTheLoopMiddleware` applies an edit); an error
-    answer when they named a tool it does not have."""
-    if (tool, args) == (request.tool_call["name"], request.tool_call["args"]):
-        return request  # approved as it was
-    tool_call: ToolCall = {**request.tool_call, "name": tool, "args": args}
-    if tool == request.tool_call["name"]:
-        return request.override(tool_call=tool_call)
-    available = getattr(request.runtime, "tools", None) or ()
-    named = next((t for t in available if isinstance(t, BaseTool) and t.name == tool), None)
-    if named is None:
-        text = _messages.edited_missing_text(tool)
-        return ToolMessage(text, tool_call_id=tool_call["id"] or "", name=tool, status="error")
-    return request.override(tool_call=tool_call, tool=named)
-
-
-def _edited(
-    output: ToolMessage | Command[Any], asked: ToolCallRequest, ran: ToolCallRequest
-) -> ToolMessage | Command[Any]:
-    """A tool's output, told as the edited call's when a person edited the call."""
-    if ran is asked or not isinstance(output, ToolMessage):
-        return output
-    notice = _messages.edited_text(ran.tool_call["name"], json.dumps(ran.tool_call["args"]))
-    content: Any = output.content
-    content = f"{notice}\n\n{content}" if isinstance(content, str) else [notice, *content]
-    return output.model_copy(update={"content": content})

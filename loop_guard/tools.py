@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from typing_extensions import assert_never, override
 
 from loop_guard._conversation import conversation_for, session_for, watched
-from loop_guard._faces import ashared_run, attach_sinks, shared_run
+from loop_guard._faces import ashared_run, attach_sinks, checked_guard, reply_step, shared_run
 from loop_guard._guard import LoopGuard, Session
 from loop_guard._langchain import (
     BLOCK_MARK,
@@ -27,7 +27,6 @@ from loop_guard._langchain import (
     STATE_KEY,
     STEER_MARK,
     as_handoff,
-    calls_of,
     error_result,
     hands_over,
     last_batch,
@@ -35,7 +34,6 @@ from loop_guard._langchain import (
     position_of,
     result_of,
     result_record,
-    tokens_of,
     tool_message_of,
     with_tool_message,
 )
@@ -223,16 +221,12 @@ class GuardedTool(BaseTool):
             verdict = session.check_call(call)
         else:
             # The call as the model made it. The whole response is decided at once, in the
-            # model's order, as the middleware does: the first sibling to ask decides, the
-            # others find their verdicts.
-            calls = calls_of(ai_message)
-            call = calls[position]
-            if session.checked([call.key]):
-                verdict = session.check_call(call)
-            else:
-                verdict = session.check_batch(calls, tokens_of(ai_message))[position]
+            # model's order, as the other faces do (the reply step, before any call runs):
+            # the first sibling to ask decides, the others find their verdicts.
+            step = reply_step(self.guard, session, ai_message, settle=False, claim=False)
+            call, verdict = step.calls[position].call, step.calls[position].verdict
             if self.guard.config.dedupe_siblings:
-                siblings = calls
+                siblings = [outcome.call for outcome in step.calls]
         match verdict:
             case Proceed():
                 blocked = None
@@ -409,15 +403,7 @@ def guard_tools(
 
 def _check_arguments(tools: object, guard: object) -> None:
     """`guard_tools`' arguments, checked at run time: callers may be untyped."""
-    if not isinstance(guard, LoopGuard):
-        hint = (
-            " (a LoopGuardMiddleware guards a create_agent agent by itself: pass it as "
-            "middleware=[...] and leave the tools unwrapped)"
-            if type(guard).__name__ == "LoopGuardMiddleware"
-            else ""
-        )
-        msg = f"guard must be a LoopGuard, got {type(guard).__name__}{hint}"
-        raise TypeError(msg)
+    checked_guard(guard, TypeError)
     if isinstance(tools, (BaseTool, str, bytes, Mapping)) or not isinstance(tools, Sequence):
         msg = (
             "tools must be a list of tools, functions or provider tool dicts, got "
