@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sqlite3
-import uuid
-from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-
-import pytest
 
 from loop_guard import LoopGuardConfig
 from loop_guard.scan import EXIT_LOOP, load, run_scan
@@ -68,25 +63,6 @@ def test_a_fleet_is_the_same_for_the_same_seed(tmp_path: Path) -> None:
     assert smaller == {thread: larger[thread] for thread in smaller}
     assert messages_by_thread(other).keys() == smaller.keys()
     assert messages_by_thread(other) != smaller
-
-
-@pytest.fixture
-def postgres() -> Iterator[str]:
-    """A fresh database of its own on the server at LOOP_GUARD_TEST_POSTGRES_URL, dropped
-    afterwards: the URL to it."""
-    server = os.environ.get("LOOP_GUARD_TEST_POSTGRES_URL")
-    if server is None:
-        pytest.skip("no PostgreSQL server: set LOOP_GUARD_TEST_POSTGRES_URL (.ci/postgres.sh)")
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict
-
-    name = f"loop_guard_fleet_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(server)
-    yield "postgresql://{user}:{password}@{host}:{port}/{db}".format(**params, db=name)
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_a_postgres_fleet_is_flagged_by_kind_and_replaces_the_last(postgres: str) -> None:
