@@ -254,13 +254,13 @@ def _read_file(path: Path) -> list[Conversation | ScanError]:
     except (OSError, UnicodeDecodeError) as error:
         raise ScanError(f"not UTF-8 text: {error}") from error
     try:
-        data = _json(text)
+        data = parse_json(text)
     except json.JSONDecodeError:
         return _json_lines(path.name, text)
     return _conversations(path.name, data)
 
 
-def _json(text: str) -> Any:
+def parse_json(text: str) -> Any:
     """`json.loads`, with JSON it will not build (nested too deep, a number of thousands of
     digits) as a decode error."""
     try:
@@ -282,7 +282,7 @@ def _json_lines(name: str, text: str) -> list[Conversation | ScanError]:
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
-                rows.append((number, _json(line)))
+                rows.append((number, parse_json(line)))
             except json.JSONDecodeError as error:
                 reason = f"line {number} is not JSON: {error.msg}"
                 broken.append((number, ScanError(reason, part="line")))
@@ -386,7 +386,7 @@ def _from_openai_message(
                 raise ScanError(msg)
             fresh = f"call-{number}-{len(calls)}"
             pending.append((str(call.get("id")), fresh))
-            arguments = _arguments(function.get("arguments"))
+            arguments = call_arguments(function.get("arguments"))
             name = str(function.get("name"))
             calls.append({"name": name, "args": arguments, "id": fresh, "type": "tool_call"})
         author = row.get("name")  # the agent, in a recorded chat between agents
@@ -423,7 +423,7 @@ def malformed(conversation: Conversation) -> ScanError | None:
     return None
 
 
-def _arguments(raw: Any) -> dict[str, Any]:
+def call_arguments(raw: Any) -> dict[str, Any]:
     """A call's arguments, as an object: anything else (text that is not a JSON object, a
     list) is kept whole under `$unparsed`, still comparable: identical text, identical args."""
     if raw is None:
@@ -431,7 +431,7 @@ def _arguments(raw: Any) -> dict[str, Any]:
     parsed = raw
     if isinstance(raw, str):
         try:
-            parsed = _json(raw)
+            parsed = parse_json(raw)
         except json.JSONDecodeError:
             parsed = None
     return dict(parsed) if isinstance(parsed, Mapping) else {"$unparsed": raw}

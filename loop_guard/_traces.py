@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 
-from loop_guard._readers import Conversation, ScanError
+from loop_guard._readers import Conversation, ScanError, call_arguments, parse_json
 
 LANGSMITH, OTLP, PHOENIX = "LangSmith runs", "OTLP JSON spans", "Phoenix project"
 """The kinds of trace source, as the report names them."""
@@ -214,18 +214,6 @@ def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _arguments(raw: Any) -> dict[str, Any]:
-    """A call's arguments as an object (text that is no JSON object kept under `$unparsed`)."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return {"$unparsed": raw}
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    return {} if raw is None else {"$unparsed": raw}
-
-
 def _usage(inputs: Any, outputs: Any) -> dict[str, int] | None:
     if not isinstance(inputs, int) or not isinstance(outputs, int):
         return None
@@ -268,7 +256,7 @@ def _langsmith_steps(run: Mapping[str, Any]) -> Iterator[_Row]:
             result = message.get("content", output) if message else output
             error = message.get("status") == "error"
         call_id = extra.get("tool_call_id")
-        args = _arguments(inputs.get("input", inputs) if set(inputs) == {"input"} else inputs)
+        args = call_arguments(inputs.get("input", inputs) if set(inputs) == {"input"} else inputs)
         yield trace, thread, order, ["tool", run["name"], args, call_id, _text(result), bool(error)]
 
 
@@ -282,7 +270,7 @@ def _langsmith_model(
     if not message:
         return  # a model call that failed: no response in the conversation
     calls = [
-        [call.get("id"), call["name"], _arguments(call.get("args"))]
+        [call.get("id"), call["name"], call_arguments(call.get("args"))]
         for call in message.get("tool_calls") or []
     ]
     usage = message.get("usage_metadata")
@@ -405,17 +393,24 @@ def _span_steps(
             result, call_id = fields.get("content", ""), call_id or fields.get("tool_call_id")
             error = error or ("error" if fields.get("status") == "error" else None)
         text = error if error is not None else _text("" if result is None else result)
-        step = ["tool", name, _arguments(args), call_id, text, error is not None]
+        step = ["tool", name, call_arguments(args), call_id, text, error is not None]
         yield trace, thread, order, step
 
 
+def _decoded(value: Any) -> Any:
+    """An attribute as the value it holds: JSON text decoded (`None` when it is not JSON, or
+    too deep to build), anything else as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse_json(value)
+    except ValueError:
+        return None
+
+
 def _json_object(value: Any) -> dict[str, Any]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
-    return dict(value) if isinstance(value, Mapping) else {}
+    decoded = _decoded(value)
+    return dict(decoded) if isinstance(decoded, Mapping) else {}
 
 
 def _openinference_model(attributes: Mapping[str, Any]) -> list[Any] | None:
@@ -428,19 +423,15 @@ def _openinference_model(attributes: Mapping[str, Any]) -> list[Any] | None:
         if call + "function.name" not in attributes:
             break
         calls.append([attributes.get(call + "id"), attributes[call + "function.name"],
-                      _arguments(attributes.get(call + "function.arguments"))])  # fmt: skip
+                      call_arguments(attributes.get(call + "function.arguments"))])  # fmt: skip
     usage = _usage(attributes.get("llm.token_count.prompt"),
                    attributes.get("llm.token_count.completion"))  # fmt: skip
     return ["model", attributes.get(prefix + "content") or "", calls, usage]
 
 
 def _genai_messages(raw: Any) -> list[Mapping[str, Any]]:
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return []
-    return [m for m in raw if isinstance(m, Mapping)] if isinstance(raw, list) else []
+    decoded = _decoded(raw)
+    return [m for m in decoded if isinstance(m, Mapping)] if isinstance(decoded, list) else []
 
 
 def _genai_model(attributes: Mapping[str, Any]) -> list[Any] | None:
@@ -450,7 +441,7 @@ def _genai_model(attributes: Mapping[str, Any]) -> list[Any] | None:
         return None
     parts = [p for p in messages[0].get("parts") or [] if isinstance(p, Mapping)]
     text = "".join(str(p.get("content", "")) for p in parts if p.get("type") == "text")
-    calls = [[p.get("id"), p.get("name"), _arguments(p.get("arguments"))]
+    calls = [[p.get("id"), p.get("name"), call_arguments(p.get("arguments"))]
              for p in parts if p.get("type") == "tool_call"]  # fmt: skip
     usage = _usage(attributes.get("gen_ai.usage.input_tokens"),
                    attributes.get("gen_ai.usage.output_tokens"))  # fmt: skip

@@ -154,3 +154,30 @@ def test_without_the_phoenix_client_the_scan_names_the_extra(
                           "project needs arize-phoenix-client (")  # fmt: skip
     assert err.endswith(': pip install "langchain-loop-guard[phoenix]"\n')
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("arguments", "kept"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "[" * 100_000 + "]" * 100_000),  # too deep to build
+        ('["a", "b"]', '["a", "b"]'),  # JSON, but no object
+    ],
+)
+def test_arguments_that_are_no_json_object_are_kept_as_text(
+    tmp_path: Path, arguments: str, kept: str
+) -> None:
+    """A tool run's input text that is no JSON object is its arguments, whole, as a
+    conversation file's would be: never a traceback, never another value."""
+    root = RunTree(name="agent", run_type="chain", inputs={"messages": [
+        {"role": "user", "content": "run it"}]})  # fmt: skip
+    root.create_child(name="run", run_type="tool", inputs={"input": arguments}).end(
+        outputs={"output": "done"}
+    )
+    root.end(outputs={})
+    lines = [RunTree.model_validate(run.model_dump(exclude={"child_runs"})).model_dump_json()
+             for run in [root, *root.child_runs]]  # fmt: skip
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    [conversation] = load(path)
+    [call] = conversation.messages[1].tool_calls  # type: ignore[attr-defined]
+    assert call["args"] == {"$unparsed": kept}
