@@ -18,9 +18,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OFFLINE = frozenset(
-    {"__main__", "cli", "scan", "report", "_report_page", "_readers", "demo", "upgrades"}
+    {
+        "__main__",
+        "cli",
+        "scan",
+        "report",
+        "_report_page",
+        "_readers",
+        "_traces",
+        "demo",
+        "upgrades",
+    }
 )
-"""Modules no guarded step runs: the offline report and scan, the CLI, the demo."""
+"""Modules no guarded step runs: the offline report and scan with their readers (of
+checkpoints, conversation files and traces), the CLI, the demo."""
 
 LINE = re.compile(r"<!-- inputs: ([0-9a-f]{16}) -->")
 """How a results file records the digest it was made from."""
