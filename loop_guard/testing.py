@@ -272,9 +272,10 @@ def _current_request(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 def capture_events(guard: LoopGuard) -> Iterator[list[GuardEvent]]:
     """Collect the events `guard` publishes inside the `with` block, as a list.
 
-    Every steer, block and stop (and the guard's own faults) in the order published, from
-    any thread; the list stops growing when the block ends. For the middleware, pass its
-    guard (`middleware.guard`).
+    Every steer, block and stop (and the guard's own faults), from any thread, each
+    conversation's in the order published (conversations run on several threads at once
+    interleave as they happen to); the list stops growing when the block ends. For the
+    middleware, pass its guard (`middleware.guard`).
 
     Examples:
         >>> from loop_guard import Call, LoopGuard, Result
