@@ -26,35 +26,37 @@ from tests.support.agents import MODES, faces_and_modes, guarded_agent, run
 
 Receipt = Callable[[int], dict[str, Any]]
 
+
+def message_args(action: str, target: str, text: str = "") -> dict[str, Any]:
+    """The arguments of a call of the `message` tool."""
+    return {"action": action, "target": target, "text": text}
+
+
+def fresh_id(key: str, prefix: str) -> Receipt:
+    """A receipt whose only change is the id under `key`: `prefix_0`, then `prefix_1`..."""
+    return lambda n: {"ok": True, key: f"{prefix}_{n}"}
+
+
 SHAPES: dict[str, tuple[dict[str, Any], Receipt]] = {
-    "send": (
-        {"action": "send", "target": "feishu:oc_chat", "text": "ping"},
-        lambda n: {"ok": True, "messageId": f"om_{n}"},
-    ),
+    "send": (message_args("send", "feishu:oc_chat", "ping"), fresh_id("messageId", "om")),
     "upload-file": (
-        {"action": "upload-file", "target": "feishu:oc_chat", "text": "report.pdf"},
-        lambda n: {"ok": True, "fileId": f"f_{n}"},
+        message_args("upload-file", "feishu:oc_chat", "report.pdf"),
+        fresh_id("fileId", "f"),
     ),
-    "poll": (
-        {"action": "poll", "target": "feishu:oc_chat", "text": "Lunch at 12?"},
-        lambda n: {"ok": True, "pollId": f"pl_{n}"},
-    ),
-    "run": (
-        {"action": "send", "target": "slack:#ops", "text": "deploy"},
-        lambda n: {"ok": True, "runId": f"run_{n}"},
-    ),
+    "poll": (message_args("poll", "feishu:oc_chat", "Lunch at 12?"), fresh_id("pollId", "pl")),
+    "run": (message_args("send", "slack:#ops", "deploy"), fresh_id("runId", "run")),
     "bare id": (
-        {"action": "send", "target": "qa", "text": "hi"},
+        message_args("send", "qa", "hi"),
         lambda n: {"ok": True, "message": {"id": f"qa_{n}", "text": "hi"}},
     ),
 }
 PROGRESS: dict[str, tuple[dict[str, Any], Receipt]] = {
     "a poll whose content changes": (
-        {"action": "read", "target": "job:j1", "text": ""},
+        message_args("read", "job:j1"),
         lambda n: {"ok": True, "jobId": "j1", "done": n},
     ),
     "a listing whose records change": (
-        {"action": "read", "target": "feishu:oc_chat", "text": ""},
+        message_args("read", "feishu:oc_chat"),
         lambda n: {"ok": True, "messages": [{"id": f"om_{n}"}, {"id": f"om_{n + 1}"}]},
     ),
 }
