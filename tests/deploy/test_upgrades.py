@@ -126,6 +126,13 @@ def resume(path: Path, *, approval: bool, sync: bool) -> list[BaseMessage]:
     return asyncio.run(go())
 
 
+def assert_resumes_as_one_run(fixture: str, tmp_path: Path, *, approval: bool, sync: bool) -> None:
+    """A copy of the thread in `fixture`, upgraded and resumed to its end, decides as the
+    same request run without a pause does."""
+    messages = resume(copy(fixture, tmp_path), approval=approval, sync=sync)
+    assert_like_uninterrupted(messages, approval=approval)
+
+
 SYNC = pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
 # Resuming a paused approval in an async run needs a run context (Python 3.11).
 SYNC_IN_CONTEXT = pytest.mark.parametrize(
@@ -148,8 +155,7 @@ SYNC_IN_CONTEXT = pytest.mark.parametrize(
 def test_a_request_paused_for_approval_resumes_as_one_run(
     fixture: str, sync: bool, tmp_path: Path
 ) -> None:
-    messages = resume(copy(fixture, tmp_path), approval=True, sync=sync)
-    assert_like_uninterrupted(messages, approval=True)
+    assert_resumes_as_one_run(fixture, tmp_path, approval=True, sync=sync)
 
 
 @SYNC
@@ -163,8 +169,7 @@ def test_a_request_paused_for_approval_resumes_as_one_run(
 def test_a_thread_paused_before_a_removed_node_resumes_as_one_run(
     fixture: str, sync: bool, tmp_path: Path
 ) -> None:
-    messages = resume(copy(fixture, tmp_path), approval=False, sync=sync)
-    assert_like_uninterrupted(messages, approval=False)
+    assert_resumes_as_one_run(fixture, tmp_path, approval=False, sync=sync)
 
 
 @SYNC_IN_CONTEXT
@@ -174,8 +179,7 @@ def test_an_upgraded_thread_resumed_with_approval_finishes_as_one_run(
 ) -> None:
     """The agent now asks a person about every call: the upgraded thread is asked about the
     calls it has left to run, not resumed for ever, and stops where one run stops."""
-    messages = resume(copy(fixture, tmp_path), approval=True, sync=sync)
-    assert_like_uninterrupted(messages, approval=True)
+    assert_resumes_as_one_run(fixture, tmp_path, approval=True, sync=sync)
 
 
 def face_agent(face: str, checkpointer: Any) -> tuple[Any, dict[str, Any]]:
