@@ -41,6 +41,9 @@ FACES: tuple[Face, ...] = ("middleware", "node", "handler")
 Mode = Literal["invoke", "ainvoke", "stream", "astream"]
 MODES: tuple[Mode, ...] = ("invoke", "ainvoke", "stream", "astream")
 
+# The run config of the one thread most tests drive.
+THREAD: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+
 needs_async_context = pytest.mark.skipif(
     sys.version_info < (3, 11),
     reason=(
@@ -104,6 +107,12 @@ class ReplyRecorder(AgentMiddleware[Any, Any]):
         response = await handler(request)
         self.replies.append(response.result[-1])
         return response
+
+
+# The calls to the `make_tools` toolbox that scripted models repeat: the failing read of
+# notes.md and a listing.
+READ_NOTES: tuple[str, dict[str, Any]] = ("read_file", {"path": "notes.md"})
+LIST_DIR: tuple[str, dict[str, Any]] = ("list_dir", {"path": "."})
 
 
 def make_tools(runs: ToolRuns) -> list[BaseTool]:
@@ -377,7 +386,7 @@ class Guarded:
 
     def run(self, graph: Any, text: str, mode: Mode, *, thread: bool = True) -> list[BaseMessage]:
         """One request, on thread `t` unless `thread` is false; the final messages."""
-        config: dict[str, Any] = {"configurable": {"thread_id": "t"}} if thread else {}
+        config = THREAD if thread else {}
         return run(graph, ask(text), {**config, **self.callbacks}, mode)
 
     def conversations(self, since: int = 0) -> dict[str, list[tuple[str, str]]]:

@@ -27,6 +27,8 @@ from loop_guard import (
 from loop_guard.marks import GUARD_NAME
 from loop_guard.testing import ScriptedChatModel, obedient, stubborn
 from tests.support.agents import (
+    READ_NOTES,
+    THREAD,
     Mode,
     ToolRuns,
     ask,
@@ -36,9 +38,6 @@ from tests.support.agents import (
     run,
     steers,
 )
-
-READ_NOTES = ("read_file", {"path": "notes.md"})
-THREAD: Any = {"configurable": {"thread_id": "t"}}
 
 
 def design_card_graph(

@@ -16,9 +16,15 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from loop_guard import GuardEvent, LoopCost, LoopGuard, LoopGuardMiddleware
 from loop_guard.testing import ScriptedChatModel, capture_events, stubborn
-from tests.support.agents import ToolRuns, ask, build_graph, make_tools, needs_async_context
+from tests.support.agents import (
+    READ_NOTES,
+    ToolRuns,
+    ask,
+    build_graph,
+    make_tools,
+    needs_async_context,
+)
 
-READ = ("read_file", {"path": "notes.md"})
 KINDS = ["steer", "block", "block", "block", "stop"]
 
 
@@ -34,7 +40,7 @@ class CustomEvents(BaseCallbackHandler):
 
 def agent_with_middleware(middleware: LoopGuardMiddleware) -> Any:
     return create_agent(
-        ScriptedChatModel(script=stubborn(READ)),
+        ScriptedChatModel(script=stubborn(READ_NOTES)),
         make_tools(ToolRuns()),
         middleware=[middleware],
         checkpointer=InMemorySaver(),
@@ -42,7 +48,7 @@ def agent_with_middleware(middleware: LoopGuardMiddleware) -> Any:
 
 
 def graph_with_node(guard: LoopGuard) -> Any:
-    model = ScriptedChatModel(script=stubborn(READ))
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
     return build_graph(model, make_tools(ToolRuns()), guard, checkpointer=InMemorySaver())
 
 

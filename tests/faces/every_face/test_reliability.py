@@ -34,6 +34,8 @@ from loop_guard._history import replay
 from loop_guard.testing import GuardDriver, ScriptedChatModel, capture_events, sequence, stubborn
 from tests.support import examples
 from tests.support.agents import (
+    LIST_DIR,
+    READ_NOTES,
     ToolRuns,
     ask,
     assert_valid_history,
@@ -44,8 +46,6 @@ from tests.support.agents import (
     make_tools,
     timeline,
 )
-
-READ = ("read_file", {"path": "notes.md"})
 
 
 class Detached:
@@ -86,7 +86,7 @@ def test_a_blocked_last_call_does_not_let_the_loop_restart() -> None:
     """[read, list] repeated: once `list` is blocked it stays blocked (see How the guard
     decides: block, and batches)."""
     runs = ToolRuns()
-    model = ScriptedChatModel(script=stubborn(READ, ("list_dir", {"path": "."})))
+    model = ScriptedChatModel(script=stubborn(READ_NOTES, LIST_DIR))
     agent = create_agent(model, make_tools(runs), middleware=[LoopGuardMiddleware()])
     messages = agent.invoke(ask())["messages"]
     assert runs.counts["list_dir"] == 4
@@ -120,7 +120,7 @@ def test_a_fault_of_the_guard_fails_open_for_that_event_only(
     and the following events are judged normally."""
     events: list[GuardEvent] = []
     runs = ToolRuns()
-    model = ScriptedChatModel(script=stubborn(READ))
+    model = ScriptedChatModel(script=stubborn(READ_NOTES))
     if face == "middleware":
         middleware = LoopGuardMiddleware(on_event=events.append)
         guard = middleware.guard
@@ -148,7 +148,7 @@ def test_replay_counts_the_result_not_the_steer_appended_to_it() -> None:
     """A steered tool result keeps its original fingerprint for replays after a restart."""
     guard = LoopGuard()
     runs = ToolRuns()
-    model = ScriptedChatModel(script=stubborn(("list_dir", {"path": "."})))
+    model = ScriptedChatModel(script=stubborn(LIST_DIR))
     graph = build_graph(model, make_tools(runs), guard, deliver_steer=True)
     messages = graph.invoke(ask())["messages"]
     steered = [m for m in messages if isinstance(m, ToolMessage) and "loop_guard_result" in
@@ -224,7 +224,7 @@ def test_configuration_abuse_never_crashes(variable: str, raw: str) -> None:
 def test_blocked_history_from_a_mixed_batch_stays_valid_in_the_graph() -> None:
     """Siblings of the stopping call that never ran are answered as not run."""
     runs = ToolRuns()
-    model = ScriptedChatModel(script=stubborn(READ, ("list_dir", {"path": "."})))
+    model = ScriptedChatModel(script=stubborn(READ_NOTES, LIST_DIR))
     messages = build_graph(model, make_tools(runs), LoopGuard()).invoke(ask())["messages"]
     assert runs.counts["list_dir"] == 4
     assert len(blocked(messages)) >= 3
@@ -415,8 +415,8 @@ def test_a_run_cancelled_mid_batch_leaves_the_guard_consistent() -> None:
     events: list[GuardEvent] = []
     guard = LoopGuard(on_event=events.append)
     runs = ToolRuns()
-    first_turn = sequence([("slow", {"job": "a"}), READ])
-    stubborn_after = stubborn(READ)
+    first_turn = sequence([("slow", {"job": "a"}), READ_NOTES])
+    stubborn_after = stubborn(READ_NOTES)
 
     def script(messages: Any, index: int) -> Any:
         return (first_turn if index == 0 else stubborn_after)(messages, index)
@@ -435,7 +435,7 @@ def test_a_run_cancelled_mid_batch_leaves_the_guard_consistent() -> None:
 
     fresh_runs = ToolRuns()
     fresh = build_graph(
-        ScriptedChatModel(script=stubborn(READ)), make_tools(fresh_runs), LoopGuard(),
+        ScriptedChatModel(script=stubborn(READ_NOTES)), make_tools(fresh_runs), LoopGuard(),
         checkpointer=InMemorySaver(),
     )  # fmt: skip
     expected = fresh.invoke(ask(), {"configurable": {"thread_id": "fresh"}})["messages"]
@@ -460,7 +460,7 @@ def test_a_failing_normalizer_hides_only_its_own_call(face: str) -> None:
         "on_event": events.append,
         "tools": {"list_dir": ToolPolicy(normalizer=_failing_normalizer)},
     }
-    model = ScriptedChatModel(script=stubborn(READ, ("list_dir", {"path": "."})))
+    model = ScriptedChatModel(script=stubborn(READ_NOTES, LIST_DIR))
     tools = make_tools(ToolRuns())
     if face == "middleware":
         middleware = LoopGuardMiddleware(**options)

@@ -18,7 +18,9 @@ from loop_guard import LoopGuardConfig, LoopGuardStop
 from loop_guard.scan import Conversation, scan_conversation
 from loop_guard.testing import Script, ScriptedChatModel, stubborn
 from tests.support.agents import (
+    LIST_DIR,
     MODES,
+    READ_NOTES,
     Mode,
     ToolRuns,
     ask,
@@ -29,9 +31,6 @@ from tests.support.agents import (
     run,
     timeline,
 )
-
-READ = ("read_file", {"path": "notes.md"})
-LIST = ("list_dir", {"path": "."})
 
 IdScheme = Callable[[int, int], str]
 SCHEMES: dict[str, IdScheme] = {
@@ -82,10 +81,10 @@ FACES = ["middleware", "graph", "handler"]
 def test_a_reused_id_decides_as_unique_ids_do(face: str, scheme: str, mode: Mode) -> None:
     """One call per turn, always the same id: steered, refused and stopped as with
     unique ids (4 runs, not the recursion limit)."""
-    expected, expected_runs, _ = _run(face, stubborn(READ), mode)
+    expected, expected_runs, _ = _run(face, stubborn(READ_NOTES), mode)
     assert sum("LOOP GUARD: you have called" in line for line in expected) == 1
     assert sum(line.startswith("tool:error:LOOP GUARD: this call was") for line in expected) == 3
-    got, got_runs, messages = _run(face, reusing(stubborn(READ), SCHEMES[scheme]), mode)
+    got, got_runs, messages = _run(face, reusing(stubborn(READ_NOTES), SCHEMES[scheme]), mode)
     assert got == expected
     assert got_runs == expected_runs == 4
     assert "Stopped by loop_guard" in got[-1]
@@ -97,8 +96,10 @@ def test_a_reused_id_decides_as_unique_ids_do(face: str, scheme: str, mode: Mode
 def test_ids_reused_per_turn_with_parallel_calls(face: str, mode: Mode) -> None:
     """Two parallel calls per turn, `call_0` and `call_1` every turn: the same decisions
     as with unique ids, and every call answered once."""
-    expected, expected_runs, _ = _run(face, stubborn(READ, LIST), mode)
-    got, got_runs, messages = _run(face, reusing(stubborn(READ, LIST), SCHEMES["per turn"]), mode)
+    expected, expected_runs, _ = _run(face, stubborn(READ_NOTES, LIST_DIR), mode)
+    got, got_runs, messages = _run(
+        face, reusing(stubborn(READ_NOTES, LIST_DIR), SCHEMES["per turn"]), mode
+    )
     # Which sibling's result carries an in-band steer depends on which finished last.
     assert _in_band_steer_moved(got) == _in_band_steer_moved(expected)
     assert got_runs == expected_runs
@@ -122,12 +123,11 @@ def test_the_scan_reads_a_history_with_reused_ids(scheme: str) -> None:
     finds the loop where a unique-id history has it."""
 
     def history(ids: IdScheme) -> list[BaseMessage]:
+        name, args = READ_NOTES
         messages: list[BaseMessage] = [HumanMessage("Summarise notes.md")]
         for turn in range(7):
             call_id = ids(turn, 0)
-            messages.append(
-                AIMessage("", tool_calls=[{"name": READ[0], "args": READ[1], "id": call_id}])
-            )
+            messages.append(AIMessage("", tool_calls=[{"name": name, "args": args, "id": call_id}]))
             messages.append(ToolMessage("File not found", tool_call_id=call_id, status="error"))
         return messages
 
@@ -143,7 +143,7 @@ def test_the_scan_reads_a_history_with_reused_ids(scheme: str) -> None:
 def _once_more_beside_another(ids: IdScheme) -> Script:
     """`list_dir(".")` four times, then a response of `list_dir("src")` and the fifth
     `list_dir(".")` (which must be refused), then an answer."""
-    same, other = ("list_dir", {"path": "."}), ("list_dir", {"path": "src"})
+    same, other = LIST_DIR, ("list_dir", {"path": "src"})
 
     def script(messages: Any, index: int) -> AIMessage:
         if index > 4:

@@ -13,6 +13,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from loop_guard import GuardEvent
 from loop_guard.testing import Script, ScriptedChatModel, obedient, sequence, stubborn
 from tests.support.agents import (
+    LIST_DIR,
+    READ_NOTES,
     ToolRuns,
     ask,
     assert_valid_history,
@@ -20,8 +22,6 @@ from tests.support.agents import (
     make_tools,
     timeline,
 )
-
-READ = ("read_file", {"path": "notes.md"})
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,11 @@ class Scenario:
 STOP = ["steer", "block", "block", "block", "stop"]
 
 SCENARIOS = [
-    Scenario("stubborn", stubborn(READ), STOP, {"read_file": 4}),
-    Scenario("obedient", obedient(READ), ["steer"], {"read_file": 3}),
+    Scenario("stubborn", stubborn(READ_NOTES), STOP, {"read_file": 4}),
+    Scenario("obedient", obedient(READ_NOTES), ["steer"], {"read_file": 3}),
     Scenario(
         "stops by itself after four",
-        sequence(*[[READ]] * 4),
+        sequence(*[[READ_NOTES]] * 4),
         ["steer"],
         {"read_file": 4},
     ),
@@ -77,13 +77,13 @@ SCENARIOS = [
     ),
     Scenario(
         "identical parallel siblings",
-        stubborn(READ, READ, READ),
+        stubborn(READ_NOTES, READ_NOTES, READ_NOTES),
         STOP,
         {"read_file": 12},
     ),
     Scenario(
         "repeat hidden before a different last call",
-        sequence(*[[READ, ("list_dir", {"path": "."})]] * 7),
+        sequence(*[[READ_NOTES, LIST_DIR]] * 7),
         ["steer", "block", "block", "block", "stop"],
         {"read_file": 4, "list_dir": 4},  # side by side, each a loop of its own
     ),
@@ -95,21 +95,21 @@ SCENARIOS = [
     ),
     Scenario(
         "terminate on a fully blocked batch",
-        stubborn(READ),
+        stubborn(READ_NOTES),
         ["steer", "block", "stop"],
         {"read_file": 4},
         {"use_terminate": True},
     ),
     Scenario(
         "ignored tool",
-        sequence(*[[READ]] * 9),
+        sequence(*[[READ_NOTES]] * 9),
         [],
         {"read_file": 9},
         {"ignore_tools": ["read_file"]},
     ),
     Scenario(
         "stricter thresholds",
-        stubborn(READ),
+        stubborn(READ_NOTES),
         ["steer", "block", "stop"],
         {"read_file": 2},
         {"warn_threshold": 2, "block_threshold": 3, "abort_threshold": 1},

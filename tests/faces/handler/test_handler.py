@@ -20,6 +20,8 @@ from loop_guard.testing import (
     stubborn,
 )
 from tests.support.agents import (
+    READ_NOTES,
+    THREAD,
     Guarded,
     Mode,
     ToolRuns,
@@ -32,9 +34,6 @@ from tests.support.agents import (
     needs_async_context,
     run,
 )
-
-READ_NOTES = ("read_file", {"path": "notes.md"})
-THREAD = {"configurable": {"thread_id": "t1"}}
 
 
 @pytest.mark.parametrize("mode", ["invoke", pytest.param("ainvoke", marks=needs_async_context)])
@@ -65,7 +64,7 @@ def test_handler_alone_observes_and_emits_events() -> None:
     with capture_events(guard) as events:
         agent.invoke(ask(), {**THREAD, "callbacks": [LoopGuardCallbackHandler(guard)]})
     assert runs.counts["read_file"] == 4
-    assert [(e.kind, e.streak, e.conversation) for e in events] == [("steer", 3, "t1")]
+    assert [(e.kind, e.streak, e.conversation) for e in events] == [("steer", 3, "t")]
 
 
 def test_handler_wrapper_and_node_together_count_each_step_once() -> None:

@@ -24,6 +24,7 @@ from loop_guard.marks import BLOCK_MARK, FINAL_ANSWER_MARK, GUARD_NAME
 from loop_guard.middleware import ExitBehavior
 from loop_guard.testing import ScriptedChatModel, ToolCallSpec, capture_events, stubborn
 from tests.support.agents import (
+    LIST_DIR,
     ToolRuns,
     ask,
     assert_valid_history,
@@ -31,7 +32,6 @@ from tests.support.agents import (
     needs_async_context,
 )
 
-LIST = ("list_dir", {"path": "."})
 APPROVE: HITLResponse = {"decisions": [{"type": "approve"}]}
 # An edit that leaves the call as it was: the guard's limits raised, the same call run.
 EDIT: HITLResponse = {
@@ -41,7 +41,7 @@ REJECT: HITLResponse = {"decisions": [{"type": "reject"}]}
 
 
 class Asking:
-    """A stubborn agent making `calls` (`LIST` unless given) whose guard asks (or ends as
+    """A stubborn agent making `calls` (`LIST_DIR` unless given) whose guard asks (or ends as
     `exit_behavior` says); `run` starts or resumes thread `t`."""
 
     def __init__(
@@ -52,7 +52,7 @@ class Asking:
         exit_behavior: ExitBehavior = "ask",
     ) -> None:
         self.runs = ToolRuns()
-        self.model = ScriptedChatModel(script=stubborn(*(calls or (LIST,)), answer=answer))
+        self.model = ScriptedChatModel(script=stubborn(*(calls or (LIST_DIR,)), answer=answer))
         self.middleware = LoopGuardMiddleware(exit_behavior=exit_behavior)
         self.agent = create_agent(
             self.model,
@@ -95,7 +95,7 @@ def test_the_run_pauses_with_a_human_in_the_loop_request(mode: str) -> None:
     asked = question(paused)
     TypeAdapter(HITLRequest).validate_python(asked)  # the shape the UIs read
     (action,) = asked["action_requests"]
-    assert (action["name"], action["args"]) == LIST
+    assert (action["name"], action["args"]) == LIST_DIR
     assert "4 times in a row" in action["description"]
     assert "README.md" in action["description"]  # the result it keeps getting
     assert asked["review_configs"] == [
@@ -184,7 +184,7 @@ def test_an_answer_that_is_no_choice_stops_with_a_warning(
 
 
 def test_without_a_checkpointer_it_says_so_at_the_start() -> None:
-    model = ScriptedChatModel(script=stubborn(LIST))
+    model = ScriptedChatModel(script=stubborn(LIST_DIR))
     agent = create_agent(model, make_tools(ToolRuns()), middleware=[
         LoopGuardMiddleware(exit_behavior="ask")])  # fmt: skip
     with pytest.raises(ValueError, match="needs a checkpointer"):
@@ -228,7 +228,7 @@ def test_a_stop_answered_by_the_tool_node_keeps_every_call_answered() -> None:
     """Parallel calls in the stopping reply: the one asked about and its siblings are each
     answered once, whatever the person decides."""
     runs = ToolRuns()
-    model = ScriptedChatModel(script=stubborn(LIST, ("read_file", {"path": "a.txt"})))
+    model = ScriptedChatModel(script=stubborn(LIST_DIR, ("read_file", {"path": "a.txt"})))
     agent = create_agent(model, make_tools(runs), middleware=[
         LoopGuardMiddleware(exit_behavior="ask")], checkpointer=InMemorySaver())  # fmt: skip
     config: Any = {"configurable": {"thread_id": "t"}}
@@ -251,7 +251,7 @@ def test_a_new_request_after_an_unanswered_question_keeps_the_history_valid() ->
         users = [m for m in messages if m.type == "human" and m.name != GUARD_NAME]
         return AIMessage("Here is something else.") if len(users) > 1 else looping(messages, index)
 
-    looping = stubborn(LIST)
+    looping = stubborn(LIST_DIR)
     model = ScriptedChatModel(script=script)
     agent = create_agent(model, make_tools(runs), middleware=[
         LoopGuardMiddleware(exit_behavior="ask")], checkpointer=InMemorySaver())  # fmt: skip
@@ -271,7 +271,7 @@ def test_with_use_terminate_the_allowed_call_counts(answer: Any) -> None:
     person lets run is recorded like any, and charged once."""
     runs = ToolRuns()
     middleware = LoopGuardMiddleware(exit_behavior="ask", use_terminate=True)
-    model = ScriptedChatModel(script=stubborn(LIST))
+    model = ScriptedChatModel(script=stubborn(LIST_DIR))
     agent = create_agent(model, make_tools(runs), middleware=[middleware],
                          checkpointer=InMemorySaver())  # fmt: skip
     config: Any = {"configurable": {"thread_id": "t"}}

@@ -16,7 +16,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.types import Command
 
 from loop_guard.testing import stubborn
-from tests.faces.middleware.test_ask import LIST, MODES, Asking, question
+from tests.faces.middleware.test_ask import MODES, Asking, question
 from tests.faces.middleware.test_hitl import (
     InterruptMode,
     Order,
@@ -25,7 +25,7 @@ from tests.faces.middleware.test_hitl import (
     build,
     refused_ids,
 )
-from tests.support.agents import ask, assert_valid_history, needs_async_context
+from tests.support.agents import LIST_DIR, ask, assert_valid_history, needs_async_context
 
 READ = ("read_file", {"path": "a.txt"})
 STOP: HITLResponse = {"decisions": [{"type": "reject"}]}
@@ -42,9 +42,9 @@ def answer_to(messages: list[BaseMessage], tool_call_id: str) -> ToolMessage:
 def test_two_loops_in_one_reply_are_asked_about_where_end_stops(mode: str) -> None:
     """A reply with two stubborn calls: each has run as often when the person is asked as
     when `"end"` stops the request."""
-    ended = Asking(LIST, READ, exit_behavior="end")
+    ended = Asking(LIST_DIR, READ, exit_behavior="end")
     ended.run(ask(), mode)
-    asking = Asking(LIST, READ)
+    asking = Asking(LIST_DIR, READ)
     assert "__interrupt__" in asking.run(ask(), mode)
     assert asking.runs.counts == ended.runs.counts
 
@@ -110,7 +110,7 @@ def test_a_reply_blocked_in_part_puts_only_its_running_calls_to_approval(
     """A reply whose one call is blocked and whose other runs: with `will_run`, only the
     call that runs is put to a person."""
     agent, _, _ = build(
-        stubborn(READ, ("list_dir", {"path": "."})),
+        stubborn(READ, LIST_DIR),
         order,
         interrupt_mode,
         when_guard_runs=True,

@@ -28,6 +28,7 @@ from loop_guard.testing import (
 )
 from tests.support.agents import (
     MODES,
+    READ_NOTES,
     Mode,
     ToolRuns,
     ask,
@@ -39,7 +40,6 @@ from tests.support.agents import (
     timeline,
 )
 
-READ_NOTES = ("read_file", {"path": "notes.md"})
 ANSWER = "I could not read notes.md: it does not exist. Check the path."
 KINDS = ["steer", "block", "block", "block", "stop"]
 

@@ -27,6 +27,8 @@ from langgraph.types import Command
 from loop_guard import LoopGuardMiddleware
 from loop_guard.testing import ScriptedChatModel, sequence, stubborn
 from tests.support.agents import (
+    LIST_DIR,
+    READ_NOTES,
     ReplyRecorder,
     ToolRuns,
     ask,
@@ -38,9 +40,6 @@ from tests.support.agents import (
     needs_async_context,
     steers,
 )
-
-READ_NOTES = ("read_file", {"path": "notes.md"})
-LIST_DIR = ("list_dir", {"path": "."})
 
 Order = Literal["guard-first", "hitl-first"]
 ORDERS: tuple[Order, ...] = ("guard-first", "hitl-first")

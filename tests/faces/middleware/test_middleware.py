@@ -29,7 +29,10 @@ from loop_guard.testing import (
     tool_calls_message,
 )
 from tests.support.agents import (
+    LIST_DIR,
     MODES,
+    READ_NOTES,
+    THREAD,
     Mode,
     ReplyRecorder,
     ToolRuns,
@@ -43,9 +46,6 @@ from tests.support.agents import (
     run,
     steers,
 )
-
-READ_NOTES = ("read_file", {"path": "notes.md"})
-THREAD: Any = {"configurable": {"thread_id": "t"}}
 
 
 def build(script: Any, **guard_options: Any) -> tuple[Any, ScriptedChatModel, ToolRuns]:
@@ -64,9 +64,8 @@ def build(script: Any, **guard_options: Any) -> tuple[Any, ScriptedChatModel, To
 def test_stubborn_model_is_steered_blocked_and_stopped(mode: Mode) -> None:
     """The tool runs 4 times, one steer, calls 5-7 blocked, a clean end; twice per thread."""
     agent, model, runs = build(stubborn(READ_NOTES))
-    config = {"configurable": {"thread_id": "t1"}}
     for request in (1, 2):
-        messages = run(agent, ask(), config, mode)
+        messages = run(agent, ask(), THREAD, mode)
         this_request = current_request(messages)
         assert runs.counts["read_file"] == 4 * request
         assert model.calls == 7 * request
@@ -88,7 +87,7 @@ def test_stubborn_model_is_steered_blocked_and_stopped(mode: Mode) -> None:
 def test_obedient_model_is_steered_once_and_answers(mode: Mode) -> None:
     """A model that changes course after the steer is never blocked."""
     agent, _model, runs = build(obedient(READ_NOTES))
-    messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, mode)
+    messages = run(agent, ask(), THREAD, mode)
     assert runs.counts["read_file"] == 3
     assert len(steers(messages)) == 1
     assert blocked(messages) == []
@@ -103,7 +102,7 @@ def test_polling_and_varied_args_are_untouched(mode: Mode) -> None:
     turns = [[("job_status", {"job": "build"})]] * 12
     turns += [[("read_file", {"path": f"file{n}.txt"})] for n in range(12)]
     agent, _, runs = build(sequence(*turns))
-    messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, mode)
+    messages = run(agent, ask(), THREAD, mode)
     assert runs.counts == {"job_status": 12, "read_file": 12}
     assert steers(messages) == []
     assert blocked(messages) == []
@@ -114,7 +113,7 @@ def test_polling_and_varied_args_are_untouched(mode: Mode) -> None:
 def test_unknown_tool_called_repeatedly_is_stopped_without_crashing(mode: Mode) -> None:
     """Calls to a tool that does not exist are answered, counted, blocked and stopped."""
     agent, model, runs = build(stubborn(("open_file", {"path": "notes.md"})))
-    messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, mode)
+    messages = run(agent, ask(), THREAD, mode)
     assert sum(runs.counts.values()) == 0
     assert_stopped(messages)
     assert model.calls == 7
@@ -126,7 +125,7 @@ def test_identical_parallel_siblings_count_as_one_step(mode: Mode) -> None:
     """Three identical calls per response: each response is one step (see How the guard
     decides: batches)."""
     agent, model, runs = build(stubborn(READ_NOTES, READ_NOTES, READ_NOTES))
-    messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, mode)
+    messages = run(agent, ask(), THREAD, mode)
     # Four responses run in full; all three siblings of the fifth are blocked at once,
     # which reaches the abort threshold within that single response.
     assert runs.counts["read_file"] == 12
@@ -137,9 +136,9 @@ def test_identical_parallel_siblings_count_as_one_step(mode: Mode) -> None:
 
 def test_mixed_batch_blocks_only_the_repeat() -> None:
     """A response with the repeated call and a new one: only the repeat is refused."""
-    turns = [[READ_NOTES]] * 4 + [[READ_NOTES, ("list_dir", {"path": "."})]]
+    turns = [[READ_NOTES]] * 4 + [[READ_NOTES, LIST_DIR]]
     agent, _, runs = build(sequence(*turns))
-    messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, "invoke")
+    messages = run(agent, ask(), THREAD, "invoke")
     assert runs.counts == {"read_file": 4, "list_dir": 1}
     assert len(blocked(messages)) == 1
     assert messages[-1].content == "done"
@@ -151,11 +150,10 @@ def test_counters_do_not_leak_into_the_next_request() -> None:
     user turn making the same call is a repeat across turns (each turn counts once)."""
     turns = [[READ_NOTES], [READ_NOTES]]
     agent, _, _ = build(sequence(*turns))
-    config = {"configurable": {"thread_id": "t1"}}
     for _ in range(2):
-        messages = run(agent, ask(), config, "invoke")
+        messages = run(agent, ask(), THREAD, "invoke")
         assert steers(messages) == []
-    messages = run(agent, ask(), config, "invoke")
+    messages = run(agent, ask(), THREAD, "invoke")
     assert ["in 3 of your last turns" in str(m.content) for m in steers(messages)] == [True]
 
 
@@ -163,19 +161,18 @@ def test_counters_do_not_leak_into_the_next_request() -> None:
 def test_exit_behavior_error_raises_loop_guard_stop(mode: Mode) -> None:
     """exit_behavior='error' raises once the history is complete: the thread stays valid."""
     agent, _, runs = build(stubborn(READ_NOTES), exit_behavior="error")
-    config = {"configurable": {"thread_id": "t1"}}
     with pytest.raises(LoopGuardStop) as raised:
-        run(agent, ask(), config, mode)
+        run(agent, ask(), THREAD, mode)
     assert raised.value.stop.reason == "abort_threshold"
     assert raised.value.stop.blocks == 3
     assert runs.counts["read_file"] == 4
-    assert_valid_history(agent.get_state(config).values["messages"])
+    assert_valid_history(agent.get_state(THREAD).values["messages"])
 
 
 def test_use_terminate_ends_at_the_first_fully_blocked_response() -> None:
     """With use_terminate the first block ends the request."""
     agent, model, runs = build(stubborn(READ_NOTES), use_terminate=True)
-    messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, "invoke")
+    messages = run(agent, ask(), THREAD, "invoke")
     assert runs.counts["read_file"] == 4
     assert model.calls == 5
     assert len(blocked(messages)) == 1
@@ -188,7 +185,7 @@ def test_ignore_tools_and_ignore_errors_through_the_agent() -> None:
     for options in ({"ignore_tools": ["read_file"]}, {"ignore_errors": True}):
         turns = [[READ_NOTES]] * 8
         agent, _, runs = build(sequence(*turns), **options)
-        messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, "invoke")
+        messages = run(agent, ask(), THREAD, "invoke")
         assert runs.counts["read_file"] == 8, options
         assert steers(messages) == [], options
         assert blocked(messages) == [], options
@@ -210,7 +207,7 @@ def test_block_event_message_is_the_text_the_model_saw() -> None:
     """GuardEvent.message equals the error ToolMessage content."""
     events: list[GuardEvent] = []
     agent, _, _ = build(stubborn(READ_NOTES), on_event=events.append)
-    messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, "invoke")
+    messages = run(agent, ask(), THREAD, "invoke")
     block_texts = [e.message for e in events if e.kind == "block"]
     assert block_texts == [m.content for m in blocked(messages)]
     assert [e.message for e in events if e.kind == "steer"] == [steers(messages)[0].content]
@@ -233,7 +230,7 @@ def test_one_instance_serves_many_threads_concurrently() -> None:
     def script(messages: Any, index: int) -> AIMessage:
         task = str(messages[0].content)
         if task.startswith("loop"):
-            return tool_calls_message(("read_file", {"path": "notes.md"}))
+            return tool_calls_message(READ_NOTES)
         turn = sum(1 for m in messages if isinstance(m, AIMessage))
         if turn < 8:
             return tool_calls_message(("read_file", {"path": f"{task}-{turn}.txt"}))
@@ -304,7 +301,7 @@ def test_composes_with_tool_call_limit_middleware(
         middleware=[LoopGuardMiddleware(), limit],
         checkpointer=InMemorySaver(),
     )
-    messages = agent.invoke(ask(), {"configurable": {"thread_id": "t1"}})["messages"]
+    messages = agent.invoke(ask(), THREAD)["messages"]
     assert runs.counts["read_file"] == ran
     if guard_stops:
         assert final_stop(messages) is not None
@@ -329,7 +326,7 @@ def test_composes_with_summarization_middleware() -> None:
         ],
         checkpointer=InMemorySaver(),
     )
-    messages = agent.invoke(ask(), {"configurable": {"thread_id": "t1"}})["messages"]
+    messages = agent.invoke(ask(), THREAD)["messages"]
     assert summarizer.calls >= 1
     assert runs.counts["read_file"] == 4
     assert final_stop(messages) is not None
@@ -349,13 +346,12 @@ def test_human_in_the_loop_interrupt_and_resume_mid_streak(order: str) -> None:
         middleware=[guard, hitl] if order == "guard-first" else [hitl, guard],
         checkpointer=InMemorySaver(),
     )
-    config = {"configurable": {"thread_id": "t1"}}
-    result = agent.invoke(ask(), config)
+    result = agent.invoke(ask(), THREAD)
     interrupts = 0
     while result.get("__interrupt__"):
         interrupts += 1
         assert interrupts < 20
-        result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+        result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), THREAD)
     messages = result["messages"]
     assert runs.counts["read_file"] == 4
     assert_stopped(messages)
@@ -365,9 +361,8 @@ def test_human_in_the_loop_interrupt_and_resume_mid_streak(order: str) -> None:
 def test_guard_state_is_checkpointed_with_the_thread() -> None:
     """The snapshot lives in the thread's state, not on the middleware instance."""
     agent, _, _ = build(sequence([READ_NOTES], [READ_NOTES]))
-    config = {"configurable": {"thread_id": "t1"}}
-    agent.invoke(ask(), config)
-    snapshot = agent.get_state(config).values["loop_guard"]
+    agent.invoke(ask(), THREAD)
+    snapshot = agent.get_state(THREAD).values["loop_guard"]
     assert snapshot["streak"] == 2
     json.dumps(snapshot)  # JSON-safe
 
@@ -384,7 +379,7 @@ def test_explicit_config_mistakes_raise_at_once() -> None:
 def test_tool_messages_for_blocks_are_marked() -> None:
     """Block answers carry response_metadata so tools and scans can recognise them."""
     agent, _, _ = build(stubborn(READ_NOTES))
-    messages = run(agent, ask(), {"configurable": {"thread_id": "t1"}}, "invoke")
+    messages = run(agent, ask(), THREAD, "invoke")
     for message in blocked(messages):
         assert isinstance(message, ToolMessage)
         assert message.response_metadata == {"loop_guard": "blocked"}

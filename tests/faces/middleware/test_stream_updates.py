@@ -13,9 +13,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from loop_guard import LoopGuardMiddleware
 from loop_guard.testing import ScriptedChatModel, stubborn
-from tests.support.agents import ToolRuns, ask, make_tools, timeline
-
-READ_NOTES = ("read_file", {"path": "notes.md"})
+from tests.support.agents import READ_NOTES, ToolRuns, ask, make_tools, timeline
 
 
 def messages_in(chunks: list[dict[str, Any]]) -> list[BaseMessage]:

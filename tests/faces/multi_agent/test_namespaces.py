@@ -38,6 +38,8 @@ from loop_guard.marks import GUARD_NAME
 from loop_guard.testing import Script, ScriptedChatModel, stubborn, tool_calls_message
 from tests.support.agents import (
     FACES,
+    LIST_DIR,
+    READ_NOTES,
     Face,
     Guarded,
     ToolRuns,
@@ -51,7 +53,6 @@ Mode = Literal["invoke", "ainvoke"]
 MODES: tuple[Mode, ...] = ("invoke", "ainvoke")
 
 THREAD = "t"
-READ = ("read_file", {"path": "notes.md"})
 STOPPED = [("steer", "read_file"), *[("block", "read_file")] * 3, ("stop", "read_file")]
 STEERED = [("steer", "list_dir")]
 
@@ -206,7 +207,7 @@ def caller_script(*tasks: str) -> Script:
             return AIMessage("caller done")
         if told_to_stop(request):
             return tool_calls_message(*(("delegate", {"task": task}) for task in tasks))
-        return tool_calls_message(("list_dir", {"path": "."}))
+        return tool_calls_message(LIST_DIR)
 
     return script
 
@@ -248,7 +249,7 @@ def caller_with_subagent(
 ) -> tuple[Any, ToolRuns, ScriptedChatModel]:
     """A caller whose `delegate` tool runs a stuck subagent (one guard)."""
     runs = ToolRuns()
-    subagent, sub_model = guarded.agent(stubborn(READ), make_tools(runs))
+    subagent, sub_model = guarded.agent(stubborn(READ_NOTES), make_tools(runs))
     tools = [*make_tools(runs), delegate_tool(subagent, pass_config=pass_config)]
     caller, _ = guarded.agent(caller_script(*tasks), tools, checkpointer=checkpointer)
     return caller, runs, sub_model
@@ -356,7 +357,7 @@ def test_a_stuck_send_branch_ends_alone_and_its_siblings_finish(face: Face, mode
     def script(messages: Sequence[BaseMessage], index: int) -> AIMessage:
         task = str(messages[0].content)
         if task == "stuck":
-            return tool_calls_message(READ)
+            return tool_calls_message(READ_NOTES)
         return answer_after("list_dir", {"path": task}, f"{task} done")(messages, index)
 
     agent, _ = guarded.agent(script, make_tools(runs))

@@ -37,7 +37,10 @@ from loop_guard.testing import (
     tool_calls_message,
 )
 from tests.support.agents import (
+    LIST_DIR,
     MODES,
+    READ_NOTES,
+    THREAD,
     Mode,
     ToolRuns,
     ask,
@@ -52,9 +55,6 @@ from tests.support.agents import (
     steers,
     timeline,
 )
-
-READ_NOTES = ("read_file", {"path": "notes.md"})
-THREAD = {"configurable": {"thread_id": "t1"}}
 
 
 def graph_for(script: Any, *, checkpointer: Any = None, **options: Any) -> tuple[Any, Any, Any]:
@@ -114,7 +114,7 @@ def test_parallel_identical_and_different_siblings_in_a_graph() -> None:
     """Siblings never count against each other within a batch; across batches, the
     read made beside the listing in every response is a loop of its own (SPEC §8)."""
     # Each response: the same read twice and, last, a listing, each answered alike.
-    turns = [[READ_NOTES, READ_NOTES, ("list_dir", {"path": "."})]] * 6
+    turns = [[READ_NOTES, READ_NOTES, LIST_DIR]] * 6
     graph, runs, (_, events) = graph_for(sequence(*turns))
     run(graph, ask(), THREAD, "invoke")
     # Each runs in 4 responses; in the 5th all three are blocked, and the stop follows.
@@ -425,7 +425,7 @@ def _lists_four_times(messages: Any, index: int) -> AIMessage:
     """`list_dir(".")` four times per request, then an answer."""
     request = current_request(messages)
     turns = sum(isinstance(m, AIMessage) for m in request)
-    return tool_calls_message(("list_dir", {"path": "."})) if turns < 4 else AIMessage("done")
+    return tool_calls_message(LIST_DIR) if turns < 4 else AIMessage("done")
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
@@ -517,7 +517,7 @@ def test_the_node_leaves_a_batch_open_when_the_last_reply_has_no_calls() -> None
         ToolMessage("same", tool_call_id="c2", id="t2"),  # `ls` never answered
         AIMessage("done", id="a3"),
     ]
-    out = graph.invoke({"messages": history}, {"configurable": {"thread_id": "t"}})
+    out = graph.invoke({"messages": history}, THREAD)
     assert [m.id for m in out["messages"]] == [m.id for m in history]  # no steer
     assert guard.session("t").state.streak == 1
 
