@@ -109,14 +109,15 @@ class ReplyRecorder(AgentMiddleware[Any, Any]):
         return response
 
 
-# The calls to the `make_tools` toolbox that scripted models repeat: the failing read of
-# notes.md and a listing.
+# The calls to the `make_tools` toolbox that scripted models repeat: a read of notes.md
+# (which fails unless the toolbox was given notes) and a listing.
 READ_NOTES: tuple[str, dict[str, Any]] = ("read_file", {"path": "notes.md"})
 LIST_DIR: tuple[str, dict[str, Any]] = ("list_dir", {"path": "."})
 
 
-def make_tools(runs: ToolRuns) -> list[BaseTool]:
-    """A small toolbox: a failing read, a listing, a poll whose result advances."""
+def make_tools(runs: ToolRuns, *, notes: str | None = None) -> list[BaseTool]:
+    """A small toolbox: a read (of notes.md, which fails unless `notes` are its contents), a
+    listing, a poll whose result advances."""
     progress: Counter[str] = Counter()
 
     @tool
@@ -124,7 +125,9 @@ def make_tools(runs: ToolRuns) -> list[BaseTool]:
         """Read a file."""
         runs.hit("read_file")
         if path == "notes.md":
-            raise ToolException("File not found: notes.md")
+            if notes is None:
+                raise ToolException("File not found: notes.md")
+            return notes
         return f"contents of {path}"
 
     read_file.handle_tool_error = True  # the failure reaches the model as an error result

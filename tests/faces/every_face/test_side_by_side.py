@@ -12,39 +12,27 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from loop_guard import GuardEvent, LoopGuardConfig, LoopGuardMiddleware, LoopGuardStop
 from loop_guard.scan import Conversation, scan_conversation
 from loop_guard.testing import ScriptedChatModel, stubborn
 from tests.support.agents import (
+    LIST_DIR,
     MODES,
+    READ_NOTES,
     ToolRuns,
     ask,
     assert_valid_history,
     faces_and_modes,
     guarded_agent,
+    make_tools,
     run,
 )
 
-BOTH = (("read_file", {"path": "notes.md"}), ("list_dir", {"path": "."}))
-
-
-def side_tools(runs: ToolRuns) -> list[BaseTool]:
-    @tool
-    def read_file(path: str) -> str:
-        """Read a file."""
-        runs.hit("read_file")
-        return "# Notes\nNothing new."
-
-    @tool
-    def list_dir(path: str) -> str:
-        """List a directory."""
-        runs.hit("list_dir")
-        return "README.md\nsrc/"
-
-    return [read_file, list_dir]
+BOTH = (READ_NOTES, LIST_DIR)
+NOTES = "# Notes\nNothing new."
 
 
 # Before Python 3.11 an async run gives the handler no run context to end it cleanly by.
@@ -60,7 +48,11 @@ def test_two_loops_side_by_side_are_each_blocked_from_their_5th_run(face: str, m
     events: list[GuardEvent] = []
     model = ScriptedChatModel(script=stubborn(*BOTH))
     agent, extra = guarded_agent(
-        face, model, side_tools(runs), on_event=events.append, checkpointer=InMemorySaver()
+        face,
+        model,
+        make_tools(runs, notes=NOTES),
+        on_event=events.append,
+        checkpointer=InMemorySaver(),
     )
     config = {**extra, "configurable": {"thread_id": "t"}, "recursion_limit": 100}
     try:
@@ -88,7 +80,7 @@ def stubborn_agent(**options: Any) -> tuple[Any, ToolRuns, list[GuardEvent]]:
     events: list[GuardEvent] = []
     agent = create_agent(
         ScriptedChatModel(script=stubborn(*BOTH)),
-        side_tools(runs),
+        make_tools(runs, notes=NOTES),
         middleware=[LoopGuardMiddleware(on_event=events.append, **options)],
         checkpointer=InMemorySaver(),
     )
@@ -115,7 +107,7 @@ def test_the_scan_finds_each_loop_side_by_side() -> None:
             for name, args in BOTH
         ]
         messages.append(AIMessage("", tool_calls=calls))
-        messages.append(ToolMessage("# Notes\nNothing new.", tool_call_id=f"read_file-{reply}"))
+        messages.append(ToolMessage(NOTES, tool_call_id=f"read_file-{reply}"))
         messages.append(ToolMessage("README.md\nsrc/", tool_call_id=f"list_dir-{reply}"))
     report = scan_conversation(LoopGuardConfig(), Conversation("side", messages))
     blocks = [f for f in report.findings if f.event.kind == "block"]
@@ -152,16 +144,11 @@ def test_a_call_beside_another_answered_a_fresh_time_is_a_loop_of_its_own() -> N
         """Read the notes."""
         return f'{{"ok": true, "stamp": "10:00:{next(counter):02d}", "text": "notes"}}'
 
-    @tool
-    def list_dir(path: str) -> str:
-        """List a directory."""
-        return "README.md\nsrc/"
-
     events: list[GuardEvent] = []
-    calls = (("read_notes", {"path": "notes.md"}), ("list_dir", {"path": "."}))
+    calls = (("read_notes", {"path": "notes.md"}), LIST_DIR)
     agent = create_agent(
         ScriptedChatModel(script=stubborn(*calls)),
-        [read_notes, list_dir],
+        [read_notes, *make_tools(ToolRuns())],  # the toolbox's `list_dir` beside it
         middleware=[LoopGuardMiddleware(on_event=events.append)],
     )
     agent.invoke(ask(), {"recursion_limit": 100})
