@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import operator
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from uuid import UUID
 
 import pytest
@@ -39,9 +39,11 @@ from loop_guard.testing import Script, ScriptedChatModel, stubborn, tool_calls_m
 from tests.support.agents import (
     FACES,
     LIST_DIR,
+    MODES,
     READ_NOTES,
     Face,
     Guarded,
+    Mode,
     ToolRuns,
     assert_valid_history,
     current_request,
@@ -49,9 +51,8 @@ from tests.support.agents import (
     make_tools,
 )
 
-Mode = Literal["invoke", "ainvoke"]
-MODES: tuple[Mode, ...] = ("invoke", "ainvoke")
-
+# Sync and async runs on each face; async handler runs need Python 3.11's run context.
+FACES_MODES = faces_and_modes(FACES, MODES[:2], "handler")
 THREAD = "t"
 STOPPED = [("steer", "read_file"), *[("block", "read_file")] * 3, ("stop", "read_file")]
 STEERED = [("steer", "list_dir")]
@@ -148,7 +149,7 @@ def siblings(
     return builder.compile(checkpointer=InMemorySaver()), runs
 
 
-@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
+@pytest.mark.parametrize(("face", "mode"), FACES_MODES)
 def test_a_stuck_worker_is_stopped_alone(face: Face, mode: Mode) -> None:
     """The worker is stopped after its own 4 runs; the supervisor, run again after it,
     works on (it is not stopped, nothing escapes the parent), and the next request on
@@ -173,7 +174,7 @@ def test_a_stuck_worker_is_stopped_alone(face: Face, mode: Mode) -> None:
         assert sorted(conversations.values()) == sorted([STEERED, STOPPED]), conversations
 
 
-@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
+@pytest.mark.parametrize(("face", "mode"), FACES_MODES)
 def test_a_worker_does_not_inherit_its_siblings_stop(face: Face, mode: Mode) -> None:
     """The supervisor is stuck and stopped; the worker that runs after it is a new
     conversation: its call runs and it answers, nothing escapes the parent, and the next
@@ -267,7 +268,7 @@ def assert_caller_went_on(messages: Sequence[BaseMessage], delegations: int) -> 
 
 
 @pytest.mark.parametrize("pass_config", [True, False], ids=["config", "no-config"])
-@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
+@pytest.mark.parametrize(("face", "mode"), FACES_MODES)
 def test_a_subagent_run_inside_a_tool_is_a_conversation_of_its_own(
     face: Face, mode: Mode, pass_config: bool
 ) -> None:
@@ -289,7 +290,7 @@ def test_a_subagent_run_inside_a_tool_is_a_conversation_of_its_own(
     assert sorted(conversations.values()) == sorted([STEERED, STOPPED]), conversations
 
 
-@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
+@pytest.mark.parametrize(("face", "mode"), FACES_MODES)
 def test_parallel_runs_of_one_subagent_are_apart(face: Face, mode: Mode) -> None:
     """Two parallel tool calls run the same stuck subagent at once: each run is stopped
     after its own 4 runs, in a conversation of its own, and the caller answers."""
@@ -306,7 +307,7 @@ def test_parallel_runs_of_one_subagent_are_apart(face: Face, mode: Mode) -> None
     assert sorted(conversations.values()) == sorted([STEERED, STOPPED, STOPPED]), conversations
 
 
-@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
+@pytest.mark.parametrize(("face", "mode"), FACES_MODES)
 def test_a_subagent_run_inside_a_tool_outside_a_thread_is_apart(face: Face, mode: Mode) -> None:
     """Without a thread (no checkpointer) the subagent's run is still a conversation of
     its own, not the caller's top-level run: through the handler too, its stop does not
@@ -345,7 +346,7 @@ class FanOut(TypedDict):
     results: Annotated[list[str], operator.add]
 
 
-@pytest.mark.parametrize(("face", "mode"), faces_and_modes(FACES, MODES, "handler"))
+@pytest.mark.parametrize(("face", "mode"), FACES_MODES)
 def test_a_stuck_send_branch_ends_alone_and_its_siblings_finish(face: Face, mode: Mode) -> None:
     """Three `Send` branches run one guarded agent; the one whose task is stuck is
     stopped after its own 4 runs and answers with the stop, the healthy ones answer as
