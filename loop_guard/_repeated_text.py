@@ -75,6 +75,7 @@ _NOT_WORD = re.compile(r"\W")
 # Digits masked, so that the copies of a sentence that differ in a counter alone are alike.
 # Every ASCII character is in the table (most map to themselves): none is looked up in vain.
 _MASK_DIGITS = str.maketrans({chr(c): "0" if "1" <= chr(c) <= "9" else chr(c) for c in range(128)})
+_MASK_ASCII_DIGITS = bytes.maketrans(b"123456789", b"000000000")  # the same, for ASCII text
 _SENTENCE_WORDS = 3  # words of a sentence, at least: most pieces of a near-repetition are
 _FENCE = "```"  # opens and closes a markdown code block
 _FENCE_TAG = re.compile(r"```[ \t]*([^\s`]*)")  # a code block's opening, and its language
@@ -134,100 +135,100 @@ class TextWatch:
         >>> for n in range(400):
         ...     found = found or watch.feed("Let me check again. ")
         >>> found.start, found.repeats
-        (20, 28)
+        (20, 25)
     """
 
     __slots__ = (
         "_checked",
         "_fences",
-        "_kept",
-        "_masked",
         "_min_chars",
         "_pending",
-        "_pending_chars",
         "_pieces",
         "_recent",
-        "_window",
+        "due",
         "found",
     )
 
     def __init__(self, min_chars: int = DEFAULT_MIN_CHARS) -> None:
         self._min_chars = min_chars
         # The tail kept: enough for the longest repetition to be recognised, and its unit,
-        # as the pieces checked (joined only when its end may repeat); and its last
-        # `_RECENT` characters, where a check looks first.
-        self._window = _SYMBOLS_FACTOR * min_chars + 2 * _MAX_PERIOD
-        self._pieces: deque[str] = deque()
-        self._kept = 0  # characters in `_pieces`
-        self._recent = ""
-        self._masked = ""  # `_recent` with its digits masked
+        # as the texts checked (each `_CHECK_EVERY` characters: so many of them hold it),
+        # joined only when its end may repeat; and the recent characters, where a check
+        # looks first.
+        window = _SYMBOLS_FACTOR * min_chars + 2 * _MAX_PERIOD
+        self._pieces: deque[str] = deque(maxlen=-(-window // _CHECK_EVERY))
+        self._recent = ""  # at least the last `_RECENT` characters checked, at most twice
         self._checked = 0  # characters of the reply checked
         self._fences = 0  # code fences in them
-        self._pending: list[str] = []  # chunks since the last check
-        self._pending_chars = 0
+        self._pending: list[str] = []  # the text since the last check
+        self.due = _CHECK_EVERY
+        """Characters to come before the next check. Checks come every `_CHECK_EVERY`
+        characters of the reply, however it is chunked, so gathering chunks until `due`
+        and feeding them at once gives what feeding each would."""
         self.found: Repetition | None = None
         """The repetition found, once found."""
 
     @property
     def length(self) -> int:
         """Characters fed so far."""
-        return self._checked + self._pending_chars
+        return self._checked + _CHECK_EVERY - self.due
 
     def feed(self, chunk: str) -> Repetition | None:
         """Add the next chunk of the reply; the repetition, once there is one."""
-        if self.found is not None or not chunk:
-            return self.found
-        size = len(chunk)
-        if size > _CHECK_EVERY:
-            # A long chunk is read in pieces: checks come every `_CHECK_EVERY` characters,
-            # however the reply was chunked.
-            for start in range(0, size, _CHECK_EVERY):
-                if self.feed(chunk[start : start + _CHECK_EVERY]) is not None:
-                    break
-            return self.found
-        self._pending.append(chunk)
-        self._pending_chars += size
-        if self._pending_chars >= _CHECK_EVERY:
-            self._check()
+        if self.found is None:
+            self._pending.append(chunk)
+            self.due -= len(chunk)
+            if self.due <= 0:
+                self._check_due()
         return self.found
 
     def finish(self) -> Repetition | None:
         """The reply is complete: check what came since the last check."""
-        if self.found is None and self._pending:
-            self._check()
+        if self.found is None and self.due < _CHECK_EVERY:
+            self._check("".join(self._pending))
+            self._pending.clear()
+            self.due = _CHECK_EVERY
         return self.found
 
-    def _check(self) -> Repetition | None:
-        new = "".join(self._pending)
-        recent = self._recent
-        # The last two characters before may begin a fence; alone they hold none.
-        self._fences += (recent[-2:] + new).count(_FENCE)
-        self._checked += self._pending_chars
-        self._pending.clear()
-        self._pending_chars = 0
-        pieces = self._pieces
-        pieces.append(new)
-        self._kept += len(new)
-        while self._kept - len(pieces[0]) >= self._window:
-            self._kept -= len(pieces.popleft())
-        recent = self._recent = (recent + new)[-_RECENT:]
-        masked = self._masked = (self._masked + new.translate(_MASK_DIGITS))[-_RECENT:]
-        if len(recent) < 2 * _NEEDLE:
-            return None
+    def _check_due(self) -> None:
+        """Check at each multiple of `_CHECK_EVERY` characters the text pending reaches,
+        until a repetition is found; the rest waits for the next check."""
+        pending = self._pending
+        text = "".join(pending)
+        pending.clear()
+        while len(text) >= _CHECK_EVERY and self.found is None:
+            # The common case, a text of exactly `_CHECK_EVERY`: a slice of it whole is
+            # the text itself, and the rest is empty.
+            self._check(text[:_CHECK_EVERY])
+            text = text[_CHECK_EVERY:]
+        if text:
+            pending.append(text)
+        self.due = _CHECK_EVERY - len(text)
+
+    def _check(self, new: str) -> None:
+        recent = self._recent + new
+        if "`" in new:  # a fence that ends in the new text has a backtick there
+            # The two characters before may begin it; alone they hold none.
+            self._fences += recent[-len(new) - 2 :].count(_FENCE)
+        self._checked += len(new)
+        self._pieces.append(new)
+        if len(recent) > 2 * _RECENT:  # cut back now and then: one copy a check, not two
+            recent = recent[-_RECENT:]
+        self._recent = recent
         needle = recent[-_NEEDLE:]
         # The common case, on the recent text alone: its last words are new, and so they
         # are with digits masked (without a digit, they are their own mask), or they end no
         # counted sentence.
-        if recent.rfind(needle, 0, -1) < 0 and (
-            masked[-_NEEDLE:] == needle or _counter_period(recent, masked) is None
+        if recent.rfind(needle, -_RECENT, -1) < 0 and (
+            _mask_digits(needle) == needle
+            or _counter_period(recent[-_RECENT:], _mask_digits(recent[-_RECENT:])) is None
         ):
-            return None
-        tail = "".join(pieces)
+            return
+        tail = "".join(self._pieces)
         found = _repetition_at_end(tail, self._min_chars, self._fences)
         if found is not None:
             offset = self._checked - len(tail)  # where the tail begins in the reply
             self.found = Repetition(found.start + offset, found.period, found.repeats)
-        return self.found
 
 
 def find_repetition(text: str, min_chars: int = DEFAULT_MIN_CHARS) -> Repetition | None:
@@ -350,14 +351,22 @@ def _counted(text: str, min_chars: int, fences: int) -> Repetition | None:
     span = _COUNTED_FACTOR * min_chars
     if len(text) < span:
         return None
-    period = _counter_period(text, text[-_RECENT:].translate(_MASK_DIGITS))
+    period = _counter_period(text, _mask_digits(text[-_RECENT:]))
     if period is None:
         return None
-    covered = _covered(text.translate(_MASK_DIGITS), period)
+    covered = _covered(_mask_digits(text), period)
     start = len(text) - covered
     if covered < max(span, 3 * period) or _fenced(text, start, fences):
         return None
     return Repetition(_boundary(text, start + period, period), period, covered // period)
+
+
+def _mask_digits(text: str) -> str:
+    """`text` with the digits 1 to 9 turned to 0: alike but for their numbers, the copies
+    of a counted sentence are equal."""
+    if text.isascii():  # a table of bytes: a fraction of the work of a mapping's lookups
+        return text.encode("ascii").translate(_MASK_ASCII_DIGITS).decode("ascii")
+    return text.translate(_MASK_DIGITS)
 
 
 def _counter_period(text: str, masked: str) -> int | None:

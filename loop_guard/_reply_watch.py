@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from contextvars import ContextVar, Token
-from typing import Any, cast
+from typing import Any, cast, final
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
@@ -226,6 +226,32 @@ class ReplyWatches:
         return watch.finish()
 
 
+@final
+class _Stream:
+    """A watched model run: the chunks its reply streamed (to rebuild it once cut), and
+    their text gathered until the watch's next check, then fed to it at once: a token's
+    work is two appends and a count, not a call."""
+
+    __slots__ = ("chunks", "due", "texts", "watch")
+
+    def __init__(self, min_chars: int) -> None:
+        self.watch = TextWatch(min_chars)
+        self.chunks: list[Any] = []
+        self.texts: list[str] = []
+        self.due = self.watch.due
+
+    def feed(self) -> Repetition | None:
+        """Feed the watch the text gathered; the repetition, once found."""
+        found = self.watch.feed("".join(self.texts))
+        self.texts.clear()
+        self.due = self.watch.due
+        return found
+
+    def finish(self) -> Repetition | None:
+        """The reply is complete: its repetition, its last characters checked too."""
+        return self.feed() or self.watch.finish()
+
+
 class Cutter(BaseCallbackHandler):
     """Cuts a streaming reply where it begins repeating itself: raises `RepeatedTextCut`
     out of the model's generation (closing its stream). Attached to every chat model run
@@ -253,11 +279,10 @@ class Cutter(BaseCallbackHandler):
         """The cut made, once made."""
         self.read: set[str] = set()
         """The ids of the replies read to their end and found clean: not read again."""
-        # Per model run: its watch and the chunks it streamed (to rebuild a cut reply);
-        # the last one looked up, by identity (a run's tokens come with one `UUID` object,
-        # and hashing one costs more than the rest of a token's work).
-        self._runs: dict[UUID, tuple[TextWatch, list[Any]]] = {}
-        self._last: tuple[UUID | None, tuple[TextWatch, list[Any]] | None] = (None, None)
+        # Per model run, its stream; the last one looked up, by identity (a run's tokens
+        # come with one `UUID` object, and hashing one costs more than a token's work).
+        self._runs: dict[UUID, _Stream] = {}
+        self._last: tuple[UUID | None, _Stream | None] = (None, None)
         self._attached: Token[Cutter | None] | None = None
 
     def __enter__(self) -> Cutter:
@@ -280,7 +305,7 @@ class Cutter(BaseCallbackHandler):
             return
         if self.cut is not None:
             raise self.cut
-        self._runs[run_id] = (TextWatch(self.min_chars), [])
+        self._runs[run_id] = _Stream(self.min_chars)
 
     def _replies_to(self, prompt: list[BaseMessage], tags: object) -> bool:
         """Whether a model run with this prompt is the agent's own model call."""
@@ -309,30 +334,32 @@ class Cutter(BaseCallbackHandler):
     ) -> None:
         # Called for every token: the arguments LangChain passes are named (no dict of
         # them is built), and the chunk is kept as it is (reading it costs a pydantic check).
-        last, run = self._last
+        last, stream = self._last
         if last is not run_id:
-            run = self._runs.get(run_id)
-            self._last = (run_id, run)
-        if run is None:
+            stream = self._runs.get(run_id)
+            self._last = (run_id, stream)
+        if stream is None:
             return
-        watch, chunks = run
-        chunks.append(chunk)
-        found = watch.feed(token if isinstance(token, str) else text_of(token))
-        if found is not None:
+        stream.chunks.append(chunk)
+        if token.__class__ is not str:  # content blocks, from some providers
+            token = text_of(token)
+        stream.texts.append(token)
+        stream.due -= len(token)
+        if stream.due <= 0 and (found := stream.feed()) is not None:
             self._forget(run_id)
-            self.cut = _cut(chunks, found)
+            self.cut = _cut(stream.chunks, found)
             raise self.cut
 
     @override
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """A watched reply streamed to its end: its last characters are checked too (a
         repetition found there cuts it all the same); clean, it is not read again."""
-        run = self._runs.get(run_id)
+        stream = self._runs.get(run_id)
         self._forget(run_id)
-        if run is None or not run[1]:
+        if stream is None or not stream.chunks:
             return  # not watched, or not streamed: the finished reply is read whole
-        watch, chunks = run
-        found = watch.finish()
+        chunks = stream.chunks
+        found = stream.finish()
         if found is not None:
             self.cut = _cut(chunks, found)
             return

@@ -4,6 +4,8 @@ reply cut for it (steer, blocks, stop), its snapshot and its cost."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from loop_guard import Block, LoopCost, LoopGuard, LoopGuardConfig, Steer, Stop
@@ -31,23 +33,54 @@ def test_no_look_alike_is_taken_for_a_loop(text: Text) -> None:
 @pytest.mark.parametrize("size", [1, 3, 7, 64, 1000])
 @pytest.mark.parametrize("text", LOOPS + NOT_LOOPS, ids=lambda text: text.name)
 def test_streaming_finds_what_the_whole_reply_shows(text: Text, size: int) -> None:
-    """Chunk sizes move the checks, not the verdict: a loop is found in any chunking, at
-    the same place give or take a unit; a look-alike never."""
+    """Checks come every 64 characters of the reply however it is chunked: a stream finds
+    what the whole reply shows, the same repetition, and stops a check after the loop's
+    `cut_by` characters of repetition; a look-alike never."""
     watch = TextWatch()
     fed = 0
     for start in range(0, len(text.text), size):
         fed += size
         if watch.feed(text.text[start : start + size]) is not None:
             break
-    found = watch.finish()
-    whole = find_repetition(text.text)
-    assert (found is None) == (whole is None)
-    if found is not None and whole is not None:
-        assert abs(found.start - whole.start) <= found.period + 200
-        # Stopped early: by the loop's `cut_by` characters of repetition, a unit and a
-        # check later, not at the end of the reply.
-        assert fed <= len(text.prefix) + text.cut_by + 2 * found.period + size + 64
+    assert watch.finish() == find_repetition(text.text)
+    if watch.found is not None:
+        assert fed <= len(text.prefix) + text.cut_by + 2 * watch.found.period + size + 64
         assert fed < len(text.text) or len(text.text) - len(text.prefix) < 5000
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("text", LOOPS + NOT_LOOPS, ids=lambda text: text.name)
+def test_chunks_gathered_until_the_next_check_give_what_each_chunk_does(
+    text: Text, seed: int
+) -> None:
+    """Fed chunk by chunk, or gathered until `due` and fed at once (as the middleware's
+    watch does): the same repetition, found at the same chunk."""
+    sizes = random.Random(seed).choices(range(1, 20), k=len(text.text))
+    chunks, start = [], 0
+    for size in sizes:
+        if start >= len(text.text):
+            break
+        chunks.append(text.text[start : start + size])
+        start += size
+    each, gathering = TextWatch(), TextWatch()
+    gathered: list[str] = []
+    due = gathering.due
+    for index, chunk in enumerate(chunks):
+        found_each = each.feed(chunk)
+        gathered.append(chunk)
+        due -= len(chunk)
+        found_gathered = None
+        if due <= 0:
+            found_gathered = gathering.feed("".join(gathered))
+            gathered.clear()
+            due = gathering.due
+        assert found_gathered == found_each, index
+        if found_each is not None:
+            break
+    else:
+        gathering.feed("".join(gathered))
+    assert gathering.finish() == each.finish() == find_repetition(text.text)
+    assert gathering.length == each.length
 
 
 def test_the_watch_keeps_a_bounded_tail() -> None:
@@ -58,7 +91,7 @@ def test_the_watch_keeps_a_bounded_tail() -> None:
     for _ in range(20):
         assert watch.feed(essay) is None
     assert watch.length == 20 * len(essay)
-    assert watch._kept <= 4 * 1000 + 2 * 2000 + 64
+    assert sum(map(len, watch._pieces)) <= 4 * 1000 + 2 * 2000 + 64
 
 
 def test_min_chars_sets_how_much_repetition_makes_a_loop() -> None:
