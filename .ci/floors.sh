@@ -22,7 +22,8 @@ lowest() { # lowest VENV EXTRA...: the package and these extras at their floors,
     "$oldest" -m venv "$venv"
     python3 .ci/floors.py pins "$@" > "$venv/floors.txt"
     echo "floors.sh: .[$extras] with" $(cat "$venv/floors.txt")
-    "$work/uv/bin/uv" pip install --quiet --python "$venv/bin/python" \
+    # Bytecode compiled, as pip does: the tests start many processes (.ci/run says why).
+    "$work/uv/bin/uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" \
         --resolution lowest-direct --constraint "$venv/floors.txt" -e ".[$extras]"
 }
 

@@ -196,14 +196,16 @@ class TextWatch:
         pending = self._pending
         text = "".join(pending)
         pending.clear()
-        while len(text) >= _CHECK_EVERY and self.found is None:
+        start = 0
+        while len(text) - start >= _CHECK_EVERY and self.found is None:
             # The common case, a text of exactly `_CHECK_EVERY`: a slice of it whole is
-            # the text itself, and the rest is empty.
-            self._check(text[:_CHECK_EVERY])
-            text = text[_CHECK_EVERY:]
-        if text:
-            pending.append(text)
-        self.due = _CHECK_EVERY - len(text)
+            # the text itself, no copy.
+            self._check(text[start : start + _CHECK_EVERY])
+            start += _CHECK_EVERY
+        rest = text[start:]
+        if rest:
+            pending.append(rest)
+        self.due = _CHECK_EVERY - len(rest)
 
     def _check(self, new: str) -> None:
         recent = self._recent + new
