@@ -8,11 +8,14 @@ A healthy reply (`bench_text.healthy_text`: no 40-character stretch repeated) is
   per streamed chunk; with `LoopGuardMiddleware(detect_repeated_text=False)` and with
   `LoopGuardMiddleware()`, for context;
 - from the model's own stream, in one thread: with nothing attached; with a do-nothing
-  token handler (the floor: what LangChain costs to hand a chunk to a handler before any
-  work); with the cutter the middleware attaches around its model call.
+  token handler that takes the cutter's parameters (the floor: what LangChain costs to hand
+  a chunk to a handler before any work); with the cutter the middleware attaches around its
+  model call.
 
 The watch's own work is the cutter less the floor, per chunk; the target is at most 1% of
-LangChain's work per streamed chunk.
+LangChain's work per streamed chunk. The garbage collector is paused while a reply streams:
+a collection's work grows with everything alive in the process, so it would land in
+whichever row it happened in, and move the floor between runs.
 """
 
 from __future__ import annotations
