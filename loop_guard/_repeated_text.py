@@ -164,7 +164,8 @@ class TextWatch:
         self.due = _CHECK_EVERY
         """Characters to come before the next check. Checks come every `_CHECK_EVERY`
         characters of the reply, however it is chunked, so gathering chunks until `due`
-        and feeding them at once gives what feeding each would."""
+        and feeding them at once gives what feeding each would. Once a repetition is
+        found, nothing more is checked and `due` means nothing."""
         self.found: Repetition | None = None
         """The repetition found, once found."""
 
@@ -185,6 +186,9 @@ class TextWatch:
     def finish(self) -> Repetition | None:
         """The reply is complete: check what came since the last check."""
         if self.found is None and self.due < _CHECK_EVERY:
+            # The last text is short of a piece: the tail keeps the piece it would push
+            # out, so that it still spans the whole window.
+            self._pieces = deque(self._pieces, maxlen=len(self._pieces) + 1)
             self._check("".join(self._pending))
             self._pending.clear()
             self.due = _CHECK_EVERY
@@ -223,7 +227,7 @@ class TextWatch:
         # counted sentence.
         if recent.rfind(needle, -_RECENT, -1) < 0 and (
             _mask_digits(needle) == needle
-            or _counter_period(recent[-_RECENT:], _mask_digits(recent[-_RECENT:])) is None
+            or _counter_period(last := recent[-_RECENT:], _mask_digits(last)) is None
         ):
             return
         tail = "".join(self._pieces)

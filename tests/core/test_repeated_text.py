@@ -95,6 +95,20 @@ def test_the_watch_keeps_a_bounded_tail() -> None:
     assert sum(map(len, watch._pieces)) <= 4 * 1000 + 2 * 2000 + 64
 
 
+@pytest.mark.parametrize("rest", [1, 40, 63])
+def test_the_last_check_of_a_finished_reply_sees_the_whole_window(rest: int) -> None:
+    """A reply that ends short of a check: its last check reads a tail as long as every
+    other check's, so a repetition first found there is measured in full."""
+    watch = TextWatch()
+    essay = next(text for text in NOT_LOOPS if text.name == "essay").text
+    reply = (essay * (20_000 // len(essay) + 1))[: 20_000 // 64 * 64 + rest]
+    assert watch.feed(reply) is None
+    window = 4 * 1000 + 2 * 2000
+    assert sum(map(len, watch._pieces)) >= window
+    assert watch.finish() is None
+    assert sum(map(len, watch._pieces)) >= window
+
+
 def test_min_chars_sets_how_much_repetition_makes_a_loop() -> None:
     text = "Intro. " + "Let me check the config. " * 30  # 750 characters of repetition
     found = find_repetition(text)
